@@ -1,0 +1,3 @@
+"""kpgo: profile-guided optimization of Linux kernels for the workloads they serve."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from kpgo.cli import entry
+
+entry()
