@@ -1,0 +1,96 @@
+"""Collect a kernel profile: boot the instrumented kernel, run the workload with counters reset
+after warm-up, snapshot every .gcda, and write a profile directory:
+
+  PROFILE/<path relative to the kernel build dir>.gcda   (kernel/sched/fair.gcda, ...)
+  PROFILE/profile.json                                   (what, where, how much)
+  PROFILE/log/                                           (guest console, raw load output)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import time
+from pathlib import Path
+
+from kpgo import atomic, vm
+from kpgo.errors import UserError
+from kpgo.kernel import kbuild
+from kpgo.progress import fmt_secs, say
+
+
+def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
+    build_dir = build_dir.resolve()
+    manifest = kbuild.load_manifest(build_dir)
+    if manifest is None or not manifest.get("ok"):
+        raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build --variant instrumented`")
+    if not manifest.get("gcov"):
+        raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
+    kernel = Path(manifest["bzImage"])
+    accel = vm.accelerator(kernel)
+    t0 = time.monotonic()
+    with atomic.output_dir(out, replace=replace) as tmp:
+        logdir = tmp / "log"
+        share = tmp / "guest"
+        job = {"mode": "collect", "workload": workload, "runs": 1, "build_dir": manifest["build_dir"]}
+        say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}), warm-up, reset counters, measured load, snapshot")
+        result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
+        with tarfile.open(share / "gcda.tar") as tf:
+            tf.extractall(tmp, filter="data")
+        for raw in share.glob("load-*.txt"):
+            shutil.move(raw, logdir / raw.name)
+        atomic.write_json(logdir / "guest-result.json", result)
+        shutil.rmtree(share)
+        info = _profile_info(tmp)
+        profile = {
+            "kind": "kernel-gcov-profile",
+            "kernel_release": manifest["kernel_release"],
+            "config_name": manifest["config_name"],
+            "config_hash": manifest["config_hash"],
+            "build_dir": manifest["build_dir"],
+            "build_key": manifest["key"],
+            "gcc": manifest["gcc"],
+            "gcov_version": info["gcov_version"],
+            "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"]},
+            "throughput": result["runs"][0]["value"],
+            "throughput_parts": result["runs"][0]["parts"],
+            "accelerator": accel,
+            "files": info["files"],
+            "arcs_sum": info["arcs_sum"],
+            "guest_timings": result["timings"],
+            "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        atomic.write_json(tmp / "profile.json", profile)
+    say(
+        f"collect {workload['name']}: {info['files']} .gcda files, counter sum {info['arcs_sum']}, "
+        f"{profile['throughput']:.0f} {workload['unit']} (snapshot {result['timings'].get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
+    )
+    return profile
+
+
+def _profile_info(root: Path) -> dict:
+    from kpgo.gcov.gcda import ARCS, read_gcda
+
+    files = 0
+    total = 0
+    versions: set[str] = set()
+    for p in root.rglob("*.gcda"):
+        g = read_gcda(p)
+        files += 1
+        total += int(g.counters(ARCS).sum())
+        versions.add(g.version_text)
+    if files == 0:
+        raise UserError("the guest returned no .gcda files", "is the kernel built with CONFIG_GCOV_PROFILE_ALL?")
+    return {"files": files, "arcs_sum": total, "gcov_version": ",".join(sorted(versions))}
+
+
+def config_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def load_profile_json(profile: Path) -> dict:
+    try:
+        return json.loads((profile / "profile.json").read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,37 @@
+"""kpgo bench: the same workload on two or more kernels, interleaved, with statistics."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kpgo.commands.common import add_guest_options, add_workload_options, guest_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark kernels against each other (interleaved boots, 95%% CI of ratios)",
+        description="Boot each kernel BOOTS times, alternating (A B, B A, ...), warm up, run the workload RUNS times per "
+        "boot, and print per kernel mean, sd, and the ratio to the first kernel with a bootstrap 95%% CI over boots.",
+    )
+    p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR", help="a kernel build; the first is the baseline (repeat ≥ 2 times)")
+    p.add_argument("--boots", type=int, default=3, help="boots per kernel (default 3)")
+    p.add_argument("--runs", type=int, default=1, help="measured runs per boot after the warm-up (default 1)")
+    p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench); finished boots in it are reused")
+    p.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    add_workload_options(p)
+    add_guest_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from kpgo import bench, workloads
+
+    wl = workloads.load(args.workload, args.set)
+    kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
+    res = bench.bench(kernels, wl, args.out, boots=args.boots, runs=args.runs, guest=guest_from(args))
+    print(json.dumps(res, indent=2) if args.json else bench.format_table(res))
+    return 0

@@ -1,0 +1,264 @@
+"""Out-of-tree (O=) kernel builds of one variant, cached by their inputs.
+
+A build directory is complete when its build.json exists and carries the same key; an
+interrupted build keeps its objects and resumes with an incremental make."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kpgo import atomic, proc
+from kpgo.errors import InfraError, UserError
+from kpgo.kernel import kconfig
+from kpgo.kernel.source import KernelSource
+from kpgo.paths import cache_dir
+from kpgo.progress import Progress, fmt_secs, say
+
+VARIANTS = ("vanilla", "instrumented", "optimized")
+RECIPE = 3  # bump when the way kpgo builds changes, so cached builds are redone
+
+# What a profile-use kernel build needs (see docs/ARCHITECTURE.md):
+# - the kernel's counters are updated without atomics on SMP, so they are slightly inconsistent;
+# - a file compiled differently than when profiled (config, source) must warn, not fail;
+# - Kbuild compiles helper files that were never profiled;
+# - the ipa-profile dump is how we prove, per object, that GCC read the profile.
+PROFILE_USE_FLAGS = (
+    "-fprofile-use",
+    "-fprofile-correction",
+    "-Wno-error=coverage-mismatch",
+    "-Wno-coverage-mismatch",
+    "-Wno-missing-profile",
+    "-fdump-ipa-profile",
+)
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    source: KernelSource
+    config: kconfig.ConfigSpec
+    variant: str
+    out: Path
+    profile: Path | None = None
+    jobs: int = 3
+    kcflags: tuple[str, ...] = ()
+
+
+def gcc_version() -> str:
+    return proc.capture(["gcc", "-dumpfullversion"]).strip()
+
+
+def _profile_digest(profile: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(profile.rglob("*.gcda")):
+        h.update(str(p.relative_to(profile)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_key(req: BuildRequest) -> str:
+    parts = {
+        "recipe": RECIPE,
+        "source": req.source.ident,
+        "config": req.config.digest(),
+        "variant": req.variant,
+        "profile": _profile_digest(req.profile) if req.profile else None,
+        "gcc": gcc_version(),
+        "kcflags": list(req.kcflags),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def load_manifest(out: Path) -> dict | None:
+    try:
+        return json.loads((out / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def build(req: BuildRequest) -> dict:
+    """Build (or reuse) the variant in req.out and return its build.json."""
+    if req.variant not in VARIANTS:
+        raise UserError(f"unknown variant '{req.variant}'", f"choose one of {', '.join(VARIANTS)}")
+    if req.variant == "optimized" and req.profile is None:
+        raise UserError("the optimized variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
+    if req.profile is not None:
+        _check_profile(req.profile)
+    for tool in ("make", "gcc", "flex", "bison", "bc"):
+        proc.need(tool)
+    key = build_key(req)
+    out = req.out.resolve()
+    done = load_manifest(out)
+    if done and done.get("key") == key and done.get("ok"):
+        say(f"build {req.variant}: up to date in {out}")
+        return done
+    keyfile = out / ".kpgo-key"
+    if out.exists() and not (keyfile.exists() and keyfile.read_text() == key):
+        if any(out.iterdir()) and not keyfile.exists():
+            raise UserError(f"{out} exists and is not a kpgo build directory", "choose another output directory")
+        say(f"build {req.variant}: inputs changed, starting {out} afresh")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "build.json").unlink(missing_ok=True)
+    keyfile.write_text(key)
+    log = out / "build.log"
+    t0 = time.monotonic()
+    say(f"build {req.variant}: configuring {req.config.name} in {out} (log: {log})")
+    config = kconfig.configure(req.source.path, out, req.config, req.variant, log)
+    t_config = time.monotonic() - t0
+
+    installed = _install_profile(req.profile, out) if req.profile else 0
+    flags = list(req.kcflags)
+    if req.variant == "optimized":
+        flags = [*PROFILE_USE_FLAGS, *flags]
+    compiled = _make(req, out, log, flags)
+    t_total = time.monotonic() - t0
+    release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", "kernelrelease"]).strip().splitlines()[-1]
+    manifest: dict = {
+        "key": key,
+        "variant": req.variant,
+        "config_name": req.config.name,
+        "config_hash": hashlib.sha256((out / ".config").read_bytes()).hexdigest()[:16],
+        "config_files": [str(f) for f in req.config.files],
+        "source": str(req.source.path),
+        "source_version": req.source.version,
+        "kernel_release": release,
+        "gcc": gcc_version(),
+        "kcflags": flags,
+        "jobs": req.jobs,
+        "objects_compiled": compiled,
+        "seconds": {"configure": round(t_config, 1), "total": round(t_total, 1)},
+        "bzImage": str(out / "arch/x86/boot/bzImage"),
+        "vmlinux": str(out / "vmlinux"),
+        "build_dir": str(out),
+        "gcov": config.get("CONFIG_GCOV_KERNEL") == "y",
+        "sizes": text_sizes(out),
+    }
+    manifest["ok"] = True
+    if req.profile is not None:
+        from kpgo.kernel import proof
+
+        manifest["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
+        manifest["proof"] = proof.check(out, req.profile)
+        manifest["ok"] = manifest["proof"]["ok"]
+    _remember_count(req, compiled)
+    atomic.write_json(out / "build.json", manifest)
+    say(f"build {req.variant}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
+    if req.profile is not None:
+        from kpgo.kernel import proof
+
+        proof.enforce(manifest["proof"], out)
+    return manifest
+
+
+def _check_profile(profile: Path) -> None:
+    if not profile.is_dir():
+        raise UserError(f"profile directory {profile} not found", "pass a directory written by `kpgo collect` or `kpgo profile fix`")
+    if next(profile.rglob("*.gcda"), None) is None:
+        raise UserError(f"profile directory {profile} holds no .gcda files", "collect a profile first (`kpgo collect`)")
+
+
+def _install_profile(profile: Path, out: Path) -> int:
+    """Put each .gcda beside the object it belongs to: GCC looks for <dumpdir>/<base>.gcda
+    relative to the directory it compiles in, which for Kbuild is the O= directory."""
+    n = 0
+    for src in profile.rglob("*.gcda"):
+        dst = out / src.relative_to(profile)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        n += 1
+    return n
+
+
+_STEP = re.compile(r"^\s+(CC|AS|LD|AR|HOSTCC|GEN|OBJCOPY|BUILD)\s+(\S+)")
+_ERROR = re.compile(r"(error:|Error \d+|undefined reference|fatal error|No space left)")
+
+
+def _counts_file() -> Path:
+    return cache_dir() / "build-counts.json"
+
+
+def _remember_count(req: BuildRequest, compiled: int) -> None:
+    if compiled < 100:  # an incremental rebuild says nothing about the total
+        return
+    path = _counts_file()
+    try:
+        counts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        counts = {}
+    counts[req.config.digest()] = compiled
+    atomic.write_json(path, counts)
+
+
+def _expected_count(req: BuildRequest) -> int | None:
+    try:
+        return int(json.loads(_counts_file().read_text())[req.config.digest()])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str]) -> int:
+    bar = Progress(f"build {req.variant}: objects", _expected_count(req))
+    compiled = 0
+
+    def line(text: str) -> None:
+        nonlocal compiled
+        m = _STEP.match(text)
+        if m and m.group(1) == "CC":
+            compiled += 1
+            bar.step(note=m.group(2))
+
+    argv = ["make", "-C", req.source.path, f"O={out}", f"-j{req.jobs}", "bzImage"]
+    if kcflags:
+        argv.append("KCFLAGS=" + " ".join(kcflags))
+    res = proc.run(argv, log=log, on_line=line, check=False, keep_output=False)
+    if res.returncode != 0:
+        bar.close("failed")
+        _report_failure(log)
+        raise InfraError(f"kernel build of variant {req.variant} failed (exit {res.returncode})", f"full log: {log}")
+    bar.close(f"{compiled} objects")
+    return compiled
+
+
+def _report_failure(log: Path) -> None:
+    lines = log.read_text(errors="replace").splitlines()
+    hits = [ln for ln in lines if _ERROR.search(ln)]
+    for ln in (hits or lines)[-8:]:
+        print(f"  | {ln[:200]}", flush=True)
+
+
+def text_sizes(out: Path) -> dict[str, int]:
+    """.text of vmlinux, and .text.hot / .text.unlikely summed over the objects linked into it
+    (the kernel's linker script folds those input sections into the one output .text)."""
+    sizes = {"vmlinux_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
+    vmlinux = out / "vmlinux"
+    if not vmlinux.exists():
+        return sizes
+    for name, size in _section_sizes([vmlinux]):
+        if name == ".text":
+            sizes["vmlinux_text"] += size
+    members = proc.capture(["ar", "t", out / "vmlinux.a"]).split() if (out / "vmlinux.a").exists() else []
+    objs = [out / m for m in members if m.endswith(".o") and (out / m).exists()]
+    sizes["objects"] = len(objs)
+    for i in range(0, len(objs), 400):
+        for name, size in _section_sizes(objs[i : i + 400]):
+            if name.startswith(".text.hot"):
+                sizes["text_hot"] += size
+            elif name.startswith(".text.unlikely"):
+                sizes["text_unlikely"] += size
+    return sizes
+
+
+def _section_sizes(files: list[Path]) -> list[tuple[str, int]]:
+    out = proc.capture(["size", "-A", "-d", *files], timeout=120)
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            rows.append((parts[0], int(parts[1])))
+    return rows

@@ -1,0 +1,181 @@
+"""The one place kpgo starts processes (on the host).
+
+Commands are argv lists, never shell strings. Output goes to the step's log file; the caller
+sees lines through a callback when it wants progress. A timeout kills the whole process group
+(a guest's QEMU included), so nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from kpgo.errors import InfraError, UserError
+
+# tool -> Debian package that provides it (for the error message when it is missing)
+PACKAGES: dict[str, str] = {
+    "make": "make",
+    "gcc": "gcc",
+    "gcov": "gcc",
+    "gcov-tool": "gcc",
+    "gcov-dump": "gcc",
+    "flex": "flex",
+    "bison": "bison",
+    "bc": "bc",
+    "qemu-system-x86_64": "qemu-system-x86",
+    "vng": "virtme-ng (pip)",
+    "redis-server": "redis-server",
+    "redis-benchmark": "redis-tools",
+    "objdump": "binutils",
+    "size": "binutils",
+    "tar": "tar",
+}
+
+
+def verbose() -> bool:
+    return os.environ.get("KPGO_VERBOSE") == "1"
+
+
+def need(tool: str) -> str:
+    """Absolute path of `tool`, or a UserError naming the package to install."""
+    path = shutil.which(tool)
+    if path is None:
+        pkg = PACKAGES.get(tool, tool)
+        raise UserError(f"required tool '{tool}' not found", f"install {pkg} (`make setup` installs everything)")
+    return path
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    output: str  # combined stdout+stderr (also in the log, when one was given)
+    seconds: float
+    timed_out: bool
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    log: Path | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+    check: bool = True,
+    what: str | None = None,
+    keep_output: bool = True,
+) -> Result:
+    """Run argv; stream its combined output to `log` and `on_line`; return its Result.
+
+    check=True turns a non-zero exit or a timeout into an InfraError naming `what` and the log."""
+    argv = [str(a) for a in argv]
+    need(argv[0]) if os.sep not in argv[0] else None
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    if verbose():
+        print(f"+ {' '.join(argv)}", file=sys.stderr)
+    logf = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(log, "a", buffering=1, errors="replace")
+        logf.write(f"\n$ {' '.join(argv)}\n")
+    start = time.monotonic()
+    chunks: list[str] = []
+    timed_out = False
+    p = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,  # own process group: a timeout kills children too
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:  # a thread, so a partial line without newline never blocks the timeout
+        assert p.stdout is not None
+        for line in p.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        deadline = None if timeout is None else start + timeout
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                timed_out = True
+                break
+            try:
+                line = lines.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if keep_output:
+                chunks.append(line)
+            if logf:
+                logf.write(line)
+            if on_line:
+                on_line(line.rstrip("\n"))
+        if timed_out:
+            _kill_group(p)
+        p.wait(timeout=30)
+        reader.join(timeout=5)
+    except BaseException:
+        _kill_group(p)
+        raise
+    finally:
+        if logf:
+            logf.close()
+    res = Result(argv, p.returncode if not timed_out else -1, "".join(chunks), time.monotonic() - start, timed_out)
+    if check and (timed_out or res.returncode != 0):
+        name = what or Path(argv[0]).name
+        where = f"; log: {log}" if log else ""
+        if timed_out:
+            raise InfraError(f"{name} did not finish within {timeout:.0f} s and was killed{where}")
+        raise InfraError(f"{name} failed with exit status {res.returncode}{where}")
+    return res
+
+
+def _kill_group(p: subprocess.Popen[str]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def capture(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60) -> str:
+    """Run a short query command and return its stdout (errors become InfraError)."""
+    argv = [str(a) for a in argv]
+    need(argv[0]) if os.sep not in argv[0] else None
+    if verbose():
+        print(f"+ {' '.join(argv)}", file=sys.stderr)
+    try:
+        cp = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise InfraError(f"{Path(argv[0]).name} did not answer within {timeout:.0f} s") from None
+    if cp.returncode != 0:
+        msg = (cp.stderr.strip().splitlines() or [""])[-1]
+        raise InfraError(f"{' '.join(argv[:3])} failed: {msg}")
+    return cp.stdout

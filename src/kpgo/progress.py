@@ -1,0 +1,50 @@
+"""Progress on long steps: one updating line on a terminal, a line every 30 s in a log/CI."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def fmt_secs(s: float) -> str:
+    s = int(s)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Progress:
+    def __init__(self, label: str, total: int | None = None, every: float = 30.0) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.every = every
+        self.last = 0.0
+
+    def step(self, n: int = 1, note: str = "") -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.tty or now - self.last >= self.every:
+            self.last = now
+            self._show(note)
+
+    def _show(self, note: str = "") -> None:
+        of = f"/{self.total}" if self.total else ""
+        pct = f" ({100 * self.done // self.total}%)" if self.total and self.done <= self.total else ""
+        text = f"{self.label}: {self.done}{of}{pct} {fmt_secs(time.monotonic() - self.start)}"
+        if note:
+            text += f"  {note[:60]}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self, final: str) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        print(f"{self.label}: {final} in {fmt_secs(time.monotonic() - self.start)}", file=sys.stderr, flush=True)
+
+
+def say(msg: str) -> None:
+    print(f"kpgo: {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,101 @@
+"""Boot a kernel under virtme-ng over the host's root and run one command in it.
+
+Every guest has a hard timeout (the whole QEMU process group is killed), boots with panic=-1
+so a panic ends it at once, and reports back through files in a shared run directory (the
+exit status of the command is in result.json written by the guest agent). KVM is used only
+if a short boot test passes on this machine; otherwise TCG, and we say so once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kpgo import atomic, proc
+from kpgo.errors import InfraError, UserError
+from kpgo.paths import cache_dir
+from kpgo.progress import say
+
+AGENT = Path(__file__).parent / "guest" / "agent.py"
+
+
+@dataclass(frozen=True)
+class Guest:
+    cpus: int = 2
+    memory: str = "2G"
+    timeout: float = 900.0
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def accelerator(probe_kernel: Path | None = None) -> str:
+    """'kvm' or 'tcg'. KVM_CREATE_VM succeeding is not enough (guests die here with an
+    emulation failure), so KVM must boot a kernel and run `true`. Cached per host boot."""
+    forced = os.environ.get("KPGO_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    cache = cache_dir() / "accel.json"
+    try:
+        known = json.loads(cache.read_text())
+        if known.get("boot_id") == _boot_id():
+            return str(known["accel"])
+    except (OSError, ValueError, KeyError):
+        pass
+    accel = "tcg"
+    reason = "/dev/kvm is missing"
+    if os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.R_OK | os.W_OK):
+        if probe_kernel is None:
+            return "tcg"  # cannot probe yet; do not cache
+        log = cache_dir() / "kvm-probe.log"
+        log.unlink(missing_ok=True)
+        res = proc.run(
+            ["vng", "-r", probe_kernel, "--cpus", "1", "--memory", "512M", "--append", "panic=-1", "--exec", "true"],
+            log=log, timeout=60, check=False, what="KVM boot probe",
+        )
+        if res.returncode == 0:
+            accel, reason = "kvm", "a KVM boot test passed"
+        else:
+            reason = f"/dev/kvm exists but a KVM boot test failed (log: {log})"
+    atomic.write_json(cache, {"boot_id": _boot_id(), "accel": accel, "reason": reason})
+    if accel == "tcg":
+        say(f"guests run under QEMU TCG (software emulation): {reason}; timings are not what a real CPU shows")
+    return accel
+
+
+def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path, accel: str) -> dict:
+    """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return result.json."""
+    if not kernel.is_file():
+        raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
+    rundir.mkdir(parents=True, exist_ok=True)
+    for stale in ("result.json", "gcda.tar"):
+        (rundir / stale).unlink(missing_ok=True)
+    atomic.write_json(rundir / "job.json", job)
+    cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
+    argv: list[str | Path] = [
+        "vng", "-r", kernel, "--rwdir", rundir, "--cpus", str(guest.cpus), "--memory", guest.memory,
+        "--append", "panic=-1", "--verbose", "--exec", cmd,
+    ]
+    if accel != "kvm":
+        argv.insert(1, "--disable-kvm")
+    res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
+    result_file = rundir / "result.json"
+    if res.timed_out:
+        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed", f"console log: {log}")
+    if not result_file.exists():
+        tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
+        raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}", f"console log: {log}")
+    result = json.loads(result_file.read_text())
+    if not result.get("ok"):
+        server = result.get("server_log_tail", "").strip().splitlines()[-5:]
+        for ln in server:
+            print(f"  server| {ln}", file=sys.stderr)
+        raise InfraError(f"workload {job['workload']['name']} failed in the guest: {result.get('error')}", f"console log: {log}")
+    return result
