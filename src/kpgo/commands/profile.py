@@ -1,0 +1,159 @@
+"""`kpgo profile`: read, repair, merge, validate and compare kernel profiles (directories of .gcda files).
+
+    kpgo profile stats DIR [--json]
+    kpgo profile fix DIR -o OUT [--runs N]
+    kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize]
+    kpgo profile check DIR --build BUILD_DIR [--json]
+    kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
+
+See docs/PROFILES.md for the JSON keys and the exact definitions of the similarity metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("profile", help="read, repair, merge, validate and compare kernel profiles",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="profile_command", metavar="ACTION")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    s = sub.add_parser("stats", help="counts over a profile (files, functions, arc counters, summary, version)")
+    s.add_argument("dir", type=Path, help="profile directory")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=run_stats)
+
+    f = sub.add_parser("fix", help="add or correct the object summary the kernel leaves out")
+    f.add_argument("dir", type=Path, help="profile directory (never modified)")
+    f.add_argument("-o", "--output", type=Path, required=True, help="output profile directory (must not exist)")
+    f.add_argument("--runs", type=int, default=1, help="runs recorded in the summary (default 1)")
+    f.add_argument("--json", action="store_true", help="print the result as JSON")
+    f.set_defaults(func=run_fix)
+
+    m = sub.add_parser("merge", help="N-way weighted merge of profiles of one build (a universal profile)")
+    m.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="profile directories")
+    m.add_argument("-o", "--output", type=Path, required=True, help="output profile directory (must not exist)")
+    m.add_argument("--weights", help="comma-separated weights, one per input (default all 1)")
+    m.add_argument("--normalize", action="store_true",
+                   help="scale each input to the same total arc count before weighting")
+    m.add_argument("--runs", type=int, default=None, help="runs in the output summary (default: sum of inputs)")
+    m.add_argument("--json", action="store_true", help="print the result as JSON")
+    m.set_defaults(func=run_merge)
+
+    c = sub.add_parser("check", help="match each .gcda to the instrumented build's .gcno")
+    c.add_argument("dir", type=Path, help="profile directory")
+    c.add_argument("--build", type=Path, required=True, help="instrumented kernel build directory (with .gcno)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--strict", action="store_true", help="exit 1 unless every file matches")
+    c.set_defaults(func=run_check)
+
+    k = sub.add_parser("compare", help="pairwise similarity of profiles (\"One Profile Fits All\" metrics)")
+    k.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="profile directories (two or more)")
+    k.add_argument("--build", type=Path, required=True, help="instrumented kernel build directory (with .gcno)")
+    k.add_argument("--names", help="comma-separated labels for the profiles (default: directory names)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.add_argument("--plot", metavar="PREFIX", help="write PREFIX-<metric>.png heatmaps")
+    k.set_defaults(func=run_compare)
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+def _table(rows: list[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from kpgo.gcov.profile import profile_stats
+
+    st = profile_stats(args.dir)
+    if args.json:
+        _print_json(st)
+        return 0
+    _table([
+        ("files", st["files"]),
+        ("functions", st["functions"]),
+        ("arc counters", f"{st['arcs']} ({st['arcs_nonzero']} non-zero)"),
+        ("arcs sum", st["arcs_sum"]),
+        ("arcs max", st["arcs_max"]),
+        ("with summary", f"{st['with_summary']} of {st['files']}"),
+        ("gcov version", st["gcov_version"]),
+        ("build stamps", st["stamps"]),
+    ])
+    return 0
+
+
+def run_fix(args: argparse.Namespace) -> int:
+    from kpgo.gcov.profile import fix_profile
+
+    res = fix_profile(args.dir, args.output, runs=args.runs)
+    if args.json:
+        _print_json(res)
+    else:
+        clamp = " (clamped to 32 bits)" if res["sum_max_clamped"] else ""
+        print(f"fixed {res['files']} files -> {args.output}: runs={res['runs']} sum_max={res['sum_max']}{clamp}")
+    return 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from kpgo.gcov.merge import merge_profiles, parse_weights
+
+    weights = parse_weights(args.weights, len(args.dirs))
+    res = merge_profiles(args.dirs, args.output, weights=weights, normalize=args.normalize, runs=args.runs)
+    if args.json:
+        _print_json(res)
+    else:
+        print(f"merged {len(args.dirs)} profiles ({res['files']} files) -> {args.output}: "
+              f"weights={res['weights']} sum_max={res['sum_max']}")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from kpgo.gcov.validate import check_profile
+
+    res = check_profile(args.dir, args.build)
+    if args.json:
+        _print_json(res)
+    else:
+        t = res["total"]
+        print(f"{t['matched']} matched, {t['stale']} stale, {t['missing']} missing "
+              f"(of {t['files']} .gcda; {res['gcno_without_gcda']} .gcno without .gcda)")
+        bad = {d: c for d, c in res["directories"].items() if c["stale"] or c["missing"]}
+        for d, c in sorted(bad.items()):
+            print(f"  {d or '.'}: {c['matched']} matched, {c['stale']} stale, {c['missing']} missing")
+        for p in res["problems"][:20]:
+            print(f"  {p['file']}: {p['status']}: {p['reason']}")
+        if len(res["problems"]) > 20:
+            print(f"  ... {len(res['problems']) - 20} more (use --json)")
+    t = res["total"]
+    return 1 if args.strict and (t["stale"] or t["missing"]) else 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from kpgo.analysis.characterize import compare_profiles
+
+    names = args.names.split(",") if args.names else None
+    res = compare_profiles(args.dirs, args.build, names=names, plot_prefix=args.plot)
+    if args.json:
+        _print_json(res)
+        return 0
+    labels = res["names"]
+    for metric in ("function_cosine", "branch_cosine", "taken_l0", "taken_l1", "taken_l2"):
+        print(f"{metric}:")
+        mat = res["matrices"][metric]
+        w = max(8, max(len(n) for n in labels))
+        print(" " * w + "".join(f"{n[:w]:>{w + 1}}" for n in labels))
+        for n, row in zip(labels, mat):
+            print(f"{n[:w]:<{w}}" + "".join(f"{x:>{w + 1}.4f}" for x in row))
+    for path in res.get("plots", []):
+        print(f"wrote {path}")
+    return 0
