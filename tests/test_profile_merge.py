@@ -1,0 +1,120 @@
+"""kpgo profile merge against `gcov-tool merge` on files the real GCC writes at test time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gcov_fixtures import Profiles, gcc_build, gcda_files, profiles, value_profile  # noqa: F401
+from kpgo.errors import UserError
+from kpgo.gcov.gcda import ARCS, parse_gcda
+from kpgo.gcov.merge import merge_profiles, parse_weights
+
+
+def counters(root: Path) -> dict[Path, list[int]]:
+    return {rel: parse_gcda((root / rel).read_bytes(), str(rel)).counters(ARCS).tolist() for rel in gcda_files(root)}
+
+
+def gcov_tool_merge(a: Path, b: Path, out: Path, w: tuple[int, int] = (1, 1)) -> Path:
+    subprocess.run(["gcov-tool", "merge", "-o", str(out), "-w", f"{w[0]},{w[1]}", str(a), str(b)],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("w", [(1, 1), (1, 3), (4, 2)])
+@pytest.mark.parametrize("shape", ["kernel", "libgcov"])
+def test_two_way_equals_gcov_tool(profiles: Profiles, tmp_path: Path, w: tuple[int, int], shape: str) -> None:
+    a, b = (profiles.k0, profiles.k2) if shape == "kernel" else (profiles.mode0, profiles.mode2)
+    ref = counters(gcov_tool_merge(a, b, tmp_path / "ref", w))
+    merge_profiles([a, b], tmp_path / "ours", weights=[float(x) for x in w])
+    assert counters(tmp_path / "ours") == ref
+
+
+def test_n_way_equals_chained_gcov_tool(profiles: Profiles, tmp_path: Path) -> None:
+    t = gcov_tool_merge(profiles.k0, profiles.k1, tmp_path / "t", (2, 1))
+    ref = counters(gcov_tool_merge(t, profiles.k2, tmp_path / "ref", (1, 3)))
+    res = merge_profiles([profiles.k0, profiles.k1, profiles.k2], tmp_path / "ours", weights=[2, 1, 3])
+    assert counters(tmp_path / "ours") == ref
+    # A correct summary: runs and the largest arc counter of the whole merged profile.
+    out = tmp_path / "ours"
+    allmax = max(max(v) for v in ref.values() if v)
+    for rel in gcda_files(out):
+        s = parse_gcda((out / rel).read_bytes(), "x").summary
+        assert s is not None and s.sum_max == allmax and s.runs == res["runs"] == 3
+    man = json.loads((out / "profile.json").read_text())["merged"]
+    assert [i["weight"] for i in man["inputs"]] == [2, 1, 3]
+    assert [i["path"] for i in man["inputs"]] == [str(profiles.k0), str(profiles.k1), str(profiles.k2)]
+
+
+def test_normalize_equalizes_totals(profiles: Profiles, tmp_path: Path) -> None:
+    c0, c1 = counters(profiles.k0), counters(profiles.k1)
+    t0 = sum(sum(v) for v in c0.values())
+    t1 = sum(sum(v) for v in c1.values())
+    assert t0 != t1
+    res = merge_profiles([profiles.k0, profiles.k1], tmp_path / "n", weights=[1, 2], normalize=True)
+    target = max(t0, t1)
+    assert res["scales"] == [target / t0, target / t1]
+    got = counters(tmp_path / "n")
+    for rel in got:
+        expect = np.rint(np.array(c0[rel], float) * target / t0 + 2 * np.array(c1[rel], float) * target / t1)
+        assert got[rel] == expect.astype(np.uint64).tolist()
+    # Each input contributes in proportion to its weight, whatever its throughput.
+    assert abs(sum(sum(v) for v in got.values()) - 3 * target) <= len(sum(got.values(), []))
+
+
+def test_different_builds_refused(profiles: Profiles, tmp_path: Path) -> None:
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(profiles.k1, other)
+    p = other / "net" / "core.gcda"
+    g = parse_gcda(p.read_bytes(), str(p))
+    g.stamp ^= 0x5A5A
+    p.write_bytes(g.to_bytes())
+    with pytest.raises(UserError, match=r"net/core.gcda: profiles from different builds"):
+        merge_profiles([profiles.k0, other], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out*"))
+
+
+def test_value_profiles_refused(value_profile: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot merge '(topn|indirect_call)' counters"):
+        merge_profiles([value_profile, value_profile], tmp_path / "out")
+
+
+def test_interrupted_write_leaves_nothing(profiles: Profiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kpgo.gcov.merge as m
+
+    def boom(tmp: Path, items: object) -> int:
+        (tmp / "half.gcda").write_bytes(b"x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(m, "write_tree", boom)
+    before = counters(profiles.k0)
+    with pytest.raises(KeyboardInterrupt):
+        merge_profiles([profiles.k0, profiles.k1], tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+    assert counters(profiles.k0) == before
+
+
+def test_weights_parsing() -> None:
+    assert parse_weights(None, 3) == [1, 1, 1]
+    assert parse_weights("1,0.5", 2) == [1, 0.5]
+    for bad in ("1", "a,b", "-1,1", "0,0", "nan,1"):
+        with pytest.raises(UserError):
+            parse_weights(bad, 2)
+
+
+def test_missing_file_in_one_input_counts_as_zero(profiles: Profiles, tmp_path: Path) -> None:
+    import shutil
+
+    part = tmp_path / "part"
+    shutil.copytree(profiles.k1, part)
+    (part / "main.gcda").unlink()
+    res = merge_profiles([profiles.k0, part], tmp_path / "out")
+    assert res["missing"] == {str(part): 1}
+    assert counters(tmp_path / "out")[Path("main.gcda")] == counters(profiles.k0)[Path("main.gcda")]
