@@ -40,6 +40,12 @@ PACKAGES: dict[str, str] = {
 }
 
 
+# Tools installed beside kpgo (virtme-ng's vng in the same venv) count as on PATH.
+_BIN = os.path.dirname(sys.executable)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+
 def verbose() -> bool:
     return os.environ.get("KPGO_VERBOSE") == "1"
 

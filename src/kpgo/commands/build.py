@@ -26,10 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kpgo.kernel import kbuild, kconfig, source
 
-    from kpgo.errors import UserError
-
-    if args.profile is not None and args.variant != "optimized":
-        raise UserError("--profile is only for --variant optimized", "drop --profile or add --variant optimized")
+    kbuild.check_request(args.variant, args.profile)
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{args.variant}"

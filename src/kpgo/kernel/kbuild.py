@@ -81,14 +81,21 @@ def load_manifest(out: Path) -> dict | None:
         return None
 
 
+def check_request(variant: str, profile: Path | None) -> None:
+    """The cheap checks, done before anything slow (like extracting the source)."""
+    if variant not in VARIANTS:
+        raise UserError(f"unknown variant '{variant}'", f"choose one of {', '.join(VARIANTS)}")
+    if variant == "optimized" and profile is None:
+        raise UserError("the optimized variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
+    if variant != "optimized" and profile is not None:
+        raise UserError("--profile is only for --variant optimized", "drop --profile or add --variant optimized")
+    if profile is not None:
+        _check_profile(profile)
+
+
 def build(req: BuildRequest) -> dict:
     """Build (or reuse) the variant in req.out and return its build.json."""
-    if req.variant not in VARIANTS:
-        raise UserError(f"unknown variant '{req.variant}'", f"choose one of {', '.join(VARIANTS)}")
-    if req.variant == "optimized" and req.profile is None:
-        raise UserError("the optimized variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
-    if req.profile is not None:
-        _check_profile(req.profile)
+    check_request(req.variant, req.profile)
     for tool in ("make", "gcc", "flex", "bison", "bc"):
         proc.need(tool)
     key = build_key(req)

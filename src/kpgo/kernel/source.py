@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -45,7 +46,12 @@ def _from_tarball(tarball: Path) -> KernelSource:
     stamp = f"{tarball}:{st.st_size}:{int(st.st_mtime)}"
     marker = dest / ".kpgo-extracted"
     if not (marker.exists() and marker.read_text() == stamp):
-        _extract(tarball, dest, stamp)
+        # One extraction at a time: a second kpgo waits instead of replacing a tree in use.
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (marker.exists() and marker.read_text() == stamp):
+                _extract(tarball, dest, stamp)
     ks = _from_tree(dest / stem if (dest / stem / "Makefile").exists() else dest)
     return KernelSource(ks.path, ks.version, hashlib.sha256(stamp.encode()).hexdigest()[:16])
 

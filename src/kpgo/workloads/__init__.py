@@ -35,5 +35,5 @@ def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
         try:
             spec["params"][key] = type(old)(value) if not isinstance(old, bool) else value.lower() in ("1", "true", "yes")
         except ValueError:
-            raise UserError(f"--set {item}: {key} must be a {type(old).__name__}", f"default is {old}") from None
+            raise UserError(f"--set {item}: {key} takes a value of type {type(old).__name__}", f"default is {old}") from None
     return spec

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install what kpgo needs on Debian 12, idempotently: a second call costs seconds.
+#   apt: QEMU, the kernel source, kernel build dependencies, redis (server + benchmark)
+#   pip: kpgo itself (editable) with its test tools and virtme-ng, in ./.venv
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+APT_PACKAGES=(
+  qemu-system-x86 linux-source-6.12
+  gcc make bc bison flex libelf-dev libssl-dev cpio binutils xz-utils
+  redis-server redis-tools
+  python3 python3-venv
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python ≥ 3.11: the first python3 on PATH that is new enough.
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: $PY is older than 3.11; set PYTHON=/path/to/python3.11+" >&2
+  exit 1
+fi
+stamp_want="$("$PY" --version 2>&1) $(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.kpgo-stamp 2>/dev/null)" != "$stamp_want" ]; then
+  echo "setup: creating .venv and installing kpgo, virtme-ng and test tools"
+  rm -rf .venv
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]' virtme-ng
+  echo "$stamp_want" > .venv/.kpgo-stamp
+fi
+echo "setup: ready in $(( $(date +%s) - start )) s (run .venv/bin/kpgo, or make run / make test)"

@@ -1,0 +1,68 @@
+"""Shared fixtures. The end-to-end fixture runs the real `kpgo run` on the tiny config once per
+test session (builds, boots, redis, collect, fix, optimized build, bench); other VM tests reuse
+its kernels. Builds live in KPGO_TEST_DIR (default .kpgo-test/ in the repo) and are cached by
+their inputs, so a second local session reuses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def kpgo(*args: str | Path, timeout: float = 3000, env: dict[str, str] | None = None) -> CliResult:
+    """Run the real command line in a child process, as a user would."""
+    t = time.monotonic()
+    cp = subprocess.run(
+        [sys.executable, "-m", "kpgo", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    )
+    res = CliResult(cp.returncode, cp.stdout, cp.stderr, time.monotonic() - t)
+    print(f"\n$ kpgo {' '.join(map(str, args))}  [{res.seconds:.0f} s, exit {res.returncode}]\n{cp.stderr[-3000:]}")
+    return res
+
+
+def assert_one_line_error(res: CliResult, code: int, *needles: str) -> None:
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("kpgo: error:")]
+    assert len(errors) == 1, res.stderr
+    for n in needles:
+        assert n in errors[0], errors[0]
+
+
+@pytest.fixture(scope="session")
+def test_dir() -> Path:
+    d = Path(os.environ.get("KPGO_TEST_DIR") or REPO / ".kpgo-test").resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_run(test_dir: Path) -> Path:
+    """The whole loop on the tiny config, for real."""
+    run_dir = test_dir / "run-tiny"
+    res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", run_dir)
+    assert res.returncode == 0, f"kpgo run failed:\n{res.stderr[-4000:]}"
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_summary(tiny_run: Path) -> dict:
+    return json.loads((tiny_run / "run.json").read_text())

@@ -1,0 +1,88 @@
+"""Bad input gives one line naming the problem and the next step, a non-zero exit, no traceback,
+and leaves the input untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_line_error, kpgo
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_missing_kernel_source(tmp_path: Path) -> None:
+    res = kpgo("build", "--source", tmp_path / "nope", "-o", tmp_path / "b")
+    assert_one_line_error(res, 1, "not a kernel source tree")
+
+
+def test_unclean_kernel_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "linux"
+    (tree / "arch" / "x86").mkdir(parents=True)
+    (tree / "Makefile").write_text("VERSION = 6\nPATCHLEVEL = 12\nSUBLEVEL = 0\n")
+    (tree / "Kconfig").write_text("")
+    (tree / "arch" / "x86" / "Makefile").write_text("")
+    (tree / ".config").write_text("CONFIG_X=y\n")
+    res = kpgo("build", "--source", tree, "-o", tmp_path / "b")
+    assert_one_line_error(res, 1, "not clean", "mrproper")
+
+
+def test_unknown_base_config(tmp_path: Path) -> None:
+    assert_one_line_error(kpgo("build", "--base", "huge", "-o", tmp_path / "b"), 1, "unknown base config", "tiny")
+
+
+def test_optimized_without_profile(tmp_path: Path) -> None:
+    assert_one_line_error(kpgo("build", "--variant", "optimized", "-o", tmp_path / "b"), 1, "needs a profile")
+
+
+def test_empty_profile_dir(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = kpgo("build", "--variant", "optimized", "--profile", empty, "-o", tmp_path / "b")
+    assert_one_line_error(res, 1, "no .gcda")
+    assert list(empty.iterdir()) == []
+
+
+def test_unknown_workload_and_bad_set(tmp_path: Path) -> None:
+    assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--workload", "nosuch"), 1, "unknown workload")
+    assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--set", "clients=many"), 1, "clients takes a value of type int")
+
+
+def test_collect_from_non_build(tmp_path: Path) -> None:
+    assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p"), 1, "no complete kpgo build")
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.vm
+def test_guest_hang_is_killed(tiny_run: Path, tmp_path: Path) -> None:
+    """A guest that does not finish in time is killed (QEMU included) and reported in one line."""
+    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--guest-timeout", "6")
+    assert_one_line_error(res, 3, "did not finish within 6 s")
+    assert not (tmp_path / "p").exists()  # no half-written profile
+    assert res.seconds < 60
+
+
+@pytest.mark.vm
+def test_failing_build_shows_compiler_error(tiny_run: Path, tmp_path: Path) -> None:
+    res = kpgo("build", "--base", "tiny", "--kcflags", "-fkpgo-no-such-flag", "-o", tmp_path / "broken")
+    assert_one_line_error(res, 3, "kernel build of variant vanilla failed", "build.log")
+    assert "-fkpgo-no-such-flag" in res.stdout  # the compiler's own error line is shown
+    assert not (tmp_path / "broken" / "build.json").exists()
+
+
+@pytest.mark.vm
+def test_optimized_build_leaves_profile_untouched(tiny_run: Path) -> None:
+    prof = tiny_run / "profiles" / "redis"
+    before = tree_digest(prof)
+    res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", tiny_run)  # cached: re-checks everything
+    assert res.returncode == 0
+    assert tree_digest(prof) == before
