@@ -370,43 +370,62 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
     words = np.frombuffer(data, dtype=order + "u4")
     if order != _NATIVE:
         words = words.astype(np.uint32)
-    wl = words.tolist()
-    stamp = wl[2]
-    checksum = wl[3] if layout.header_checksum else None
+    hw = layout.header_words
+    stamp = int(words[2])
+    checksum = int(words[3]) if layout.header_checksum else None
+    shift = 2 if layout.byte_lengths else 0
     unit = layout.unit
-    pos = layout.header_words
+    # Record walk as pointer chasing: the would-be next record position for every word, computed at once; the
+    # Python loop then only follows the chain. Negative lengths (>= 2**31) mean no payload.
+    lens = words[hw + 1 :].astype(np.int64)
+    step = np.where(lens >= 1 << 31, 2, 2 + (lens >> shift))
+    nxt = (np.arange(hw, hw + len(step), dtype=np.int64) + step).tolist()
     hpos: list[int] = []
-    end = nwords
-    while pos < nwords:
-        tag = wl[pos]
-        if tag == 0:  # end-of-file marker (libgcov writes one zero word): keep it and what follows verbatim
-            end = pos
-            break
-        if pos + 2 > nwords:
-            raise GcovFormatError(name, f"truncated record header at byte {pos * 4}")
-        length = wl[pos + 1]
-        if length >= 1 << 31 and counter_kind(tag) is not None:
-            size = 0  # GCC >= 12: all-zero counters, no payload
-            if ((1 << 32) - length) % (2 * unit):
-                raise GcovFormatError(name, f"record 0x{tag:08x} at byte {pos * 4} has a bad negative length")
-        else:
-            if length % unit:
-                raise GcovFormatError(
-                    name, f"record 0x{tag:08x} at byte {pos * 4} has length {length}, not a multiple of 4 bytes"
-                )
-            size = length // unit
-            if pos + 2 + size > nwords:
-                raise GcovFormatError(
-                    name,
-                    f"record 0x{tag:08x} at byte {pos * 4} runs past the end of the file "
-                    f"(length {length * (4 // unit)} bytes, {(nwords - pos - 2) * 4} left)",
-                )
-        hpos.append(pos)
-        pos += 2 + size
+    add = hpos.append
+    pos = hw
+    last = nwords - 1  # a header needs two words
+    while pos < last:
+        add(pos)
+        pos = nxt[pos - hw]
     hp = np.array(hpos, dtype=np.int64)
+    tags = words[hp]
+    end = nwords
+    zero = np.flatnonzero(tags == 0)
+    if len(zero):  # end-of-file marker (libgcov writes one zero word): keep it and what follows verbatim
+        end = int(hp[zero[0]])
+        hp = hp[: zero[0]]
+        tags = tags[: zero[0]]
+    elif pos == last:
+        if words[pos] == 0:
+            end = pos
+        else:
+            raise GcovFormatError(name, f"truncated record header at byte {pos * 4}")
+    lengths = words[hp + 1]
+    negative = lengths >= 1 << 31
+    if negative.any():
+        for i in np.flatnonzero(negative).tolist():
+            tag, length = int(tags[i]), int(lengths[i])
+            if counter_kind(tag) is None:
+                raise GcovFormatError(name, f"record 0x{tag:08x} at byte {int(hp[i]) * 4} runs past the end of "
+                                            f"the file (length {length << (2 - shift)} bytes)")
+            if ((1 << 32) - length) % (2 * unit):
+                raise GcovFormatError(name, f"record 0x{tag:08x} at byte {int(hp[i]) * 4} has a bad negative length")
+    if unit > 1:
+        bad = np.flatnonzero(~negative & ((lengths & 3) != 0))
+        if len(bad):
+            i = int(bad[0])
+            raise GcovFormatError(name, f"record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} has length "
+                                        f"{int(lengths[i])}, not a multiple of 4 bytes")
+    if len(hp) and end == nwords and pos > nwords:
+        i = len(hp) - 1
+        raise GcovFormatError(
+            name,
+            f"record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} runs past the end of the file "
+            f"(length {int(lengths[i]) << (2 - shift)} bytes, {(nwords - int(hp[i]) - 2) * 4} left)",
+        )
     body = words[:end]
-    tags = body[hp].astype(np.uint32)
-    lengths = body[hp + 1].astype(np.uint32)
+    tags = tags.astype(np.uint32)
+    lengths = lengths.astype(np.uint32)
     mask = np.ones(len(body), dtype=bool)
     mask[: layout.header_words] = False
     mask[hp] = False

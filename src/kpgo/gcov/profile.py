@@ -52,12 +52,13 @@ def gcda_list(src: Path) -> list[Path]:
 
 
 def read_profile_file(src: Path, rel: Path) -> Gcda:
-    path = Path(src) / rel
+    path = os.path.join(src, rel)  # str paths: pathlib costs more than the parse on small files
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
-    return parse_gcda(data, str(path))
+    return parse_gcda(data, path)
 
 
 def read_manifest(src: Path) -> dict[str, Any]:
