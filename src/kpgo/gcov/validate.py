@@ -1,0 +1,123 @@
+"""Match a profile's .gcda files to the instrumented build's .gcno files.
+
+API
+    check_profile(src, build) -> dict
+
+For each .gcda, the .gcno at the same relative path in the build directory must have: the same stamp, the same
+functions (ident, line checksum, CFG checksum) and, per function, as many arc counters as it has arcs off the
+spanning tree. Status: matched; stale (the .gcno exists but disagrees: the profile is from another build or the
+build changed); missing (no .gcno: the object is not in this build, or it was built without instrumentation).
+GCC itself ignores (with a "coverage mismatch" warning) the functions of a stale file and all of a missing one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+from kpgo.errors import UserError
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
+from kpgo.gcov.gcno import Gcno, parse_gcno
+from kpgo.gcov.profile import gcda_list, read_profile_file
+
+
+def function_signature(g: Gcda) -> list[tuple[int, int, int, int]]:
+    """(ident, lineno_checksum, cfg_checksum, arc counters) of each function with data, in file order."""
+    out: list[tuple[int, int, int, int]] = []
+    tags = g.tags.tolist()
+    offs = g.offsets.tolist()
+    lengths = g.lengths.tolist()
+    arcs = counter_tag(ARCS)
+    unit = g.layout.unit
+    cur: list[int] | None = None
+    for i, tag in enumerate(tags):
+        if tag == TAG_FUNCTION:
+            if cur is not None:
+                out.append((cur[0], cur[1], cur[2], cur[3]))
+            a, b = offs[i], offs[i + 1]
+            cur = g.payload[a : a + 3].tolist() + [0] if b - a >= 3 else None
+        elif tag == arcs and cur is not None:
+            n = ((1 << 32) - lengths[i]) // unit if lengths[i] >= 1 << 31 else offs[i + 1] - offs[i]
+            cur[3] += n // 2
+    if cur is not None:
+        out.append((cur[0], cur[1], cur[2], cur[3]))
+    return out
+
+
+def compare_to_gcno(g: Gcda, notes: Gcno) -> str | None:
+    """Why g does not match notes, or None when it does."""
+    if g.stamp != notes.stamp:
+        return f"stamp {g.stamp:#x} differs from the .gcno's {notes.stamp:#x} (profile of another build)"
+    if g.version != notes.version:
+        return f"gcov version {g.version_text} differs from the .gcno's {notes.version_text}"
+    by_ident = {f.ident: f for f in notes.functions}
+    for ident, lcs, ccs, n in function_signature(g):
+        f = by_ident.get(ident)
+        if f is None:
+            return f"function id {ident} is not in the .gcno"
+        if f.lineno_checksum != lcs:
+            return f"function {f.name or ident}: line checksum differs"
+        if f.cfg_checksum != ccs:
+            return f"function {f.name or ident}: CFG checksum differs"
+        if f.n_counters != n:
+            return f"function {f.name or ident}: {n} arc counters, the .gcno has {f.n_counters}"
+    return None
+
+
+def check_profile(src: Path, build: Path) -> dict[str, Any]:
+    """Returns {"total": {files, matched, stale, missing}, "directories": {dir: counts}, "problems": [...],
+    "gcno_without_gcda": n}."""
+    src, build = Path(src), Path(build)
+    if not build.is_dir():
+        raise UserError(f"build directory {build} does not exist", "give the instrumented kernel's build directory")
+    rels = gcda_list(src)
+    dirs: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "matched": 0, "stale": 0, "missing": 0})
+    problems: list[dict[str, str]] = []
+    total = {"files": 0, "matched": 0, "stale": 0, "missing": 0}
+    seen: set[str] = set()
+    for rel in rels:
+        g = read_profile_file(src, rel)
+        note_rel = str(rel)[: -len(".gcda")] + ".gcno"
+        seen.add(note_rel)
+        note_path = os.path.join(build, note_rel)
+        status, reason = "matched", ""
+        try:
+            with open(note_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            status, reason = "missing", "no .gcno in the build directory"
+        else:
+            try:
+                why = compare_to_gcno(g, parse_gcno(data, note_path))
+            except GcovFormatError as e:
+                why = f"unreadable .gcno ({e.problem})"
+            if why:
+                status, reason = "stale", why
+        d = os.path.dirname(str(rel)) or "."
+        for bucket in (dirs[d], total):
+            bucket["files"] += 1
+            bucket[status] += 1
+        if status != "matched":
+            problems.append({"file": str(rel), "status": status, "reason": reason})
+    extra = 0
+    for root, _dirs, files in os.walk(build):
+        for fname in files:
+            if fname.endswith(".gcno"):
+                rel_note = os.path.relpath(os.path.join(root, fname), build)
+                if rel_note not in seen:
+                    extra += 1
+    return {
+        "profile": str(src),
+        "build": str(build),
+        "total": total,
+        "directories": dict(sorted(dirs.items())),
+        "problems": problems,
+        "gcno_without_gcda": extra,
+        "all_matched": total["matched"] == total["files"],
+    }
+
+
+__all__ = ["check_profile", "compare_to_gcno", "function_signature"]
