@@ -27,8 +27,9 @@ import numpy as np
 
 from kpgo.atomic import output_dir
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, _ranges, counter_tag, parse_gcda
 from kpgo.gcov.profile import MANIFEST, gcda_list, read_manifest, read_profile_file, write_tree
+import os
 
 RULES = {
     "arcs": "sum", "interval": "sum", "pow2": "sum", "average": "sum",
@@ -81,6 +82,42 @@ def _same_structure(a: Gcda, b: Gcda) -> str | None:
     if not np.array_equal(fa, fb):
         return "different function ids or checksums"
     return None
+
+
+class _FastLayout:
+    """Word positions of one template file, to read other inputs of the same build without parsing them: a file
+    of the same size whose header, record headers and function records equal the template's has the same layout,
+    and its counters sit at the same word positions. (Kernel profiles of one build always qualify.)"""
+
+    def __init__(self, t: Gcda, data: bytes, kinds: list[int]) -> None:
+        self.ok = not bool((t.lengths >= 1 << 31).any()) and t.byteorder == "<"
+        self.size = len(data)
+        if not self.ok:
+            return
+        self.words = np.frombuffer(data, dtype="<u4")
+        hw = t.layout.header_words
+        n = len(t.tags)
+        sizes = np.diff(t.offsets)
+        hp = hw + 2 * np.arange(n, dtype=np.int64) + t.offsets[:-1]
+        fsel = np.flatnonzero(t.tags == TAG_FUNCTION)
+        fpos = _ranges(hp[fsel] + 2, sizes[fsel])
+        self.check = np.concatenate([np.arange(3, dtype=np.int64), hp, hp + 1, fpos])
+        self.expect = self.words[self.check]
+        self.pos: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for kind in kinds:
+            sel = np.flatnonzero(t.tags == counter_tag(kind))
+            idx = _ranges(hp[sel] + 2, sizes[sel])
+            self.pos[kind] = (idx[0::2], idx[1::2])
+
+    def counters(self, data: bytes, kind: int) -> np.ndarray | None:
+        """The counters of `kind` from another input's bytes, or None if its layout differs."""
+        if not self.ok or len(data) != self.size:
+            return None
+        w = np.frombuffer(data, dtype="<u4")
+        if not np.array_equal(w[self.check], self.expect):
+            return None
+        lo, hi = self.pos[kind]
+        return w[lo].astype(np.uint64) | (w[hi].astype(np.uint64) << 32)
 
 
 def _input_runs(src: Path, first: Gcda | None) -> int:
@@ -139,14 +176,26 @@ def merge_profiles(
 
     totals: list[int] = []
     if normalize:
-        for d, ls in zip(dirs, lists):
-            t = 0
-            for rel in ls:
-                v = read_profile_file(d, rel).counters(ARCS)
-                t += int(v.sum(dtype=np.uint64)) if len(v) else 0
+        totals = [0] * len(dirs)
+        for rel in rels:
+            fast: _FastLayout | None = None
+            for i, d in enumerate(dirs):
+                if rel not in present[i]:
+                    continue
+                with open(os.path.join(d, rel), "rb") as f:
+                    data = f.read()
+                v = fast.counters(data, ARCS) if fast is not None else None
+                if v is None:
+                    g = parse_gcda(data, os.path.join(d, rel))
+                    v = g.counters(ARCS)
+                    if fast is None:
+                        fast = _FastLayout(g, data, [ARCS] if ARCS in g.counter_kinds_present() else [])
+                        if ARCS not in fast.__dict__.get("pos", {}):
+                            fast.ok = False
+                totals[i] += int(v.sum(dtype=np.uint64)) if len(v) else 0
+        for d, t in zip(dirs, totals):
             if t == 0:
                 raise UserError(f"{d}: the profile has no counts, cannot --normalize it", "drop it or give weight 0")
-            totals.append(t)
         target = max(totals)
         scales = [target / t for t in totals]
     else:
@@ -158,15 +207,45 @@ def merge_profiles(
     firsts: list[Gcda | None] = [None] * len(dirs)
     out_totals = [0] * len(dirs)
     for rel in rels:
-        inputs: list[tuple[int, Gcda]] = []
+        # Template: the first input holding the file, parsed; the others are read through its layout when they
+        # share it (no parse), else parsed and checked record by record.
+        raw: list[tuple[int, bytes]] = []
         for i, d in enumerate(dirs):
             if rel in present[i]:
-                g = read_profile_file(d, rel)
+                path = os.path.join(d, rel)
+                try:
+                    with open(path, "rb") as f:
+                        raw.append((i, f.read()))
+                except OSError as e:
+                    raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
+        t_idx, t_data = raw[0]
+        template = parse_gcda(t_data, os.path.join(dirs[t_idx], rel))
+        if firsts[t_idx] is None:
+            firsts[t_idx] = template
+        kinds = sorted(template.counter_kinds_present())
+        rules = []
+        for kind in kinds:
+            name = template.layout.kind_name(kind)
+            rule = RULES.get(name)
+            if rule is None:
+                raise UserError(
+                    f"{os.path.join(dirs[t_idx], rel)}: cannot merge '{name}' counters",
+                    "value profiles (-fprofile-generate) are not supported; kpgo merges -fprofile-arcs profiles",
+                )
+            rules.append(rule)
+        fast = _FastLayout(template, t_data, kinds)
+        per_kind: list[list[np.ndarray]] = [[template.counters(k)] for k in kinds]
+        for i, data in raw[1:]:
+            got = [fast.counters(data, k) for k in kinds] if kinds else [None]
+            if kinds and all(v is not None for v in got):
+                for lst, v in zip(per_kind, got):
+                    lst.append(v)
                 if firsts[i] is None:
-                    firsts[i] = g
-                inputs.append((i, g))
-        t_idx, template = inputs[0]
-        for i, g in inputs[1:]:
+                    firsts[i] = parse_gcda(data, os.path.join(dirs[i], rel))
+                continue
+            g = parse_gcda(data, os.path.join(dirs[i], rel))
+            if firsts[i] is None:
+                firsts[i] = g
             if g.stamp != template.stamp:
                 raise UserError(
                     f"{rel}: profiles from different builds (stamp {template.stamp:#x} in {dirs[t_idx]}, "
@@ -180,25 +259,19 @@ def merge_profiles(
             if why:
                 raise UserError(f"{rel}: {why} in {dirs[t_idx]} and {dirs[i]}",
                                 "merge only profiles collected from the same instrumented build")
+            for lst, k in zip(per_kind, kinds):
+                lst.append(g.counters(k))
         out = template
-        fac = [factors[i] for i, _ in inputs]
-        for kind in sorted(template.counter_kinds_present()):
-            name = template.layout.kind_name(kind)
-            rule = RULES.get(name)
-            if rule is None:
-                raise UserError(
-                    f"{dirs[t_idx] / rel}: cannot merge '{name}' counters",
-                    "value profiles (-fprofile-generate) are not supported; kpgo merges -fprofile-arcs profiles",
-                )
-            arrays = [g.counters(kind) for _, g in inputs]
+        fac = [factors[i] for i, _ in raw]
+        for kind, rule, arrays in zip(kinds, rules, per_kind):
             if kind == ARCS:
-                for (i, _), v in zip(inputs, arrays):
+                for (i, _), v in zip(raw, arrays):
                     out_totals[i] += int(v.sum(dtype=np.uint64)) if len(v) else 0
             values = _merge_kind(rule, arrays, fac)
             if kind == ARCS and len(values):
                 global_max = max(global_max, int(values.max()))
             out = out.with_counters(kind, values)
-        merged.append((rel, out))
+        merged.append((Path(rel), out))
 
     in_runs = [_input_runs(d, f) for d, f in zip(dirs, firsts)]
     total_runs = runs if runs is not None else sum(r for r, w in zip(in_runs, weights) if w)
