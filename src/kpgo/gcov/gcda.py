@@ -441,6 +441,24 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
     )
 
 
+def summary_bytes(g: Gcda, data: bytes, runs: int, sum_max: int) -> bytes:
+    """The bytes of `data` (the file g was parsed from, possibly with changed counters in place) with one object
+    summary (runs, sum_max) right after the header: a splice, no rebuild. Same result as
+    g.with_summary(runs, sum_max).to_bytes() when data is g's file."""
+    cap = 0xFFFFFFFF
+    dt = np.dtype(g.byteorder + "u4")
+    if np.any(g.tags == TAG_OBJECT_SUMMARY):
+        return g.with_summary(runs, sum_max).to_bytes() if data == g.to_bytes() else _rebuild_summary(g, data,
+                                                                                                      runs, sum_max)
+    hb = 4 * g.layout.header_words
+    rec = np.array([TAG_OBJECT_SUMMARY, 2 * g.layout.unit, min(runs, cap), min(sum_max, cap)], dtype=dt).tobytes()
+    return data[:hb] + rec + data[hb:]
+
+
+def _rebuild_summary(g: Gcda, data: bytes, runs: int, sum_max: int) -> bytes:
+    return parse_gcda(data, g.name).with_summary(runs, sum_max).to_bytes()
+
+
 def read_gcda(path: Path | str, name: str | None = None) -> Gcda:
     path = Path(path)
     data = path.read_bytes()

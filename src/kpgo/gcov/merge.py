@@ -27,7 +27,9 @@ import numpy as np
 
 from kpgo.atomic import output_dir
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, _ranges, counter_tag, parse_gcda
+from kpgo.gcov.gcda import (
+    ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, _ranges, counter_tag, parse_gcda, summary_bytes,
+)
 from kpgo.gcov.profile import MANIFEST, gcda_list, read_manifest, read_profile_file, write_tree
 import os
 
@@ -202,7 +204,7 @@ def merge_profiles(
         scales = [1.0] * len(dirs)
     factors = [w * s for w, s in zip(weights, scales)]
 
-    merged: list[tuple[Path, Gcda]] = []
+    merged: list[tuple[Path, Gcda, bytes]] = []
     global_max = 0
     firsts: list[Gcda | None] = [None] * len(dirs)
     out_totals = [0] * len(dirs)
@@ -263,6 +265,8 @@ def merge_profiles(
                 lst.append(g.counters(k))
         out = template
         fac = [factors[i] for i, _ in raw]
+        # Fast output: the template's bytes with the merged counters written in place (layout unchanged).
+        out_words = np.frombuffer(bytearray(t_data), dtype="<u4") if fast.ok else None
         for kind, rule, arrays in zip(kinds, rules, per_kind):
             if kind == ARCS:
                 for (i, _), v in zip(raw, arrays):
@@ -270,8 +274,13 @@ def merge_profiles(
             values = _merge_kind(rule, arrays, fac)
             if kind == ARCS and len(values):
                 global_max = max(global_max, int(values.max()))
-            out = out.with_counters(kind, values)
-        merged.append((Path(rel), out))
+            if out_words is not None:
+                lo, hi = fast.pos[kind]
+                out_words[lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+                out_words[hi] = (values >> np.uint64(32)).astype(np.uint32)
+            else:
+                out = out.with_counters(kind, values)
+        merged.append((Path(rel), out, out_words.tobytes() if out_words is not None else out.to_bytes()))
 
     in_runs = [_input_runs(d, f) for d, f in zip(dirs, firsts)]
     total_runs = runs if runs is not None else sum(r for r, w in zip(in_runs, weights) if w)
@@ -296,7 +305,7 @@ def merge_profiles(
         }
     }
     with output_dir(dst) as tmp:
-        write_tree(tmp, ((rel, g.with_summary(total_runs, sum_max).to_bytes()) for rel, g in merged))
+        write_tree(tmp, ((rel, summary_bytes(g, data, total_runs, sum_max)) for rel, g, data in merged))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return {
         "files": len(rels),

@@ -23,7 +23,7 @@ import numpy as np
 
 from kpgo.atomic import output_dir
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, parse_gcda
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, parse_gcda, summary_bytes
 
 MANIFEST = "profile.json"
 
@@ -145,13 +145,16 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
         raise UserError(f"output directory {dst} already exists", "choose another -o or remove it")
     rels = gcda_list(src)
     # One profile in memory (the memory bound is the profile size): read once, find the global max, write.
-    parsed: list[Gcda] = []
+    parsed: list[tuple[Gcda, bytes]] = []
     global_max = 0
     had = 0
     versions: set[str] = set()
     for rel in rels:
-        g = read_profile_file(src, rel)
-        parsed.append(g)
+        path = os.path.join(src, rel)
+        with open(path, "rb") as f:
+            data = f.read()
+        g = parse_gcda(data, path)
+        parsed.append((g, data))
         versions.add(g.version_text)
         if g.summary is not None:
             had += 1
@@ -161,7 +164,7 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
     sum_max = min(global_max, 0xFFFFFFFF)
     manifest = read_manifest(src)
     with output_dir(dst) as tmp:
-        write_tree(tmp, ((rel, g.with_summary(runs, sum_max).to_bytes()) for rel, g in zip(rels, parsed)))
+        write_tree(tmp, ((rel, summary_bytes(g, data, runs, sum_max)) for rel, (g, data) in zip(rels, parsed)))
         manifest = dict(manifest)
         manifest["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src)}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
