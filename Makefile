@@ -10,4 +10,4 @@ run: setup
 	.venv/bin/kpgo run $(ARGS)
 
 test: setup
-	.venv/bin/python -m pytest -v -rs --durations=0 $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -v -s -rs --durations=0 $(PYTEST_ARGS)

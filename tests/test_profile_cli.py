@@ -11,15 +11,10 @@ from gcov_fixtures import Profiles, gcc_build, profiles  # noqa: F401
 
 
 def kpgo(argv: list[str]) -> int:
-    """kpgo.cli.main with only the profile command registered (the other commands belong to other modules)."""
+    """kpgo.cli.main in-process: the real parser and error handling."""
     from kpgo import cli
 
-    saved = cli.COMMANDS
-    cli.COMMANDS = ("profile",)
-    try:
-        return cli.main(argv)
-    finally:
-        cli.COMMANDS = saved
+    return cli.main(argv)
 
 
 def test_stats_json(profiles: Profiles, capsys: pytest.CaptureFixture[str]) -> None:

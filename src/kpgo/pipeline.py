@@ -111,14 +111,16 @@ def markdown(s: dict, res: dict) -> str:
         "",
         "## Builds",
         "",
-        "| variant | build time | vmlinux .text | .text.hot | .text.unlikely |",
-        "|---|---:|---:|---:|---:|",
+        "| variant | build time | vmlinux .text | objects' .text* | .text.hot | .text.unlikely |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for v in ("vanilla", "instrumented", "optimized"):
         z = b[v]["sizes"]
-        lines.append(f"| {v} | {fmt_secs(b[v]['seconds'])} | {z['vmlinux_text']:,} | {z['text_hot']:,} | {z['text_unlikely']:,} |")
+        lines.append(f"| {v} | {fmt_secs(b[v]['seconds'])} | {z['vmlinux_text']:,} | {z.get('objects_text', 0):,} | {z['text_hot']:,} | {z['text_unlikely']:,} |")
     c = s["profile"]["collected"]
     lines += [
+        "",
+        "Sizes in bytes; .text.hot/.text.unlikely summed over the objects linked into vmlinux (the linker folds them into .text).",
         "",
         "## Profile",
         "",

@@ -198,13 +198,13 @@ def _remember_count(req: BuildRequest, compiled: int) -> None:
         counts = json.loads(path.read_text())
     except (OSError, ValueError):
         counts = {}
-    counts[req.config.digest()] = compiled
+    counts[f"{req.config.digest()}-{req.variant}"] = compiled
     atomic.write_json(path, counts)
 
 
 def _expected_count(req: BuildRequest) -> int | None:
     try:
-        return int(json.loads(_counts_file().read_text())[req.config.digest()])
+        return int(json.loads(_counts_file().read_text())[f"{req.config.digest()}-{req.variant}"])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -240,9 +240,10 @@ def _report_failure(log: Path) -> None:
 
 
 def text_sizes(out: Path) -> dict[str, int]:
-    """.text of vmlinux, and .text.hot / .text.unlikely summed over the objects linked into it
-    (the kernel's linker script folds those input sections into the one output .text)."""
-    sizes = {"vmlinux_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
+    """.text of vmlinux (padded to the kernel's alignment), and .text* / .text.hot / .text.unlikely
+    summed over the objects linked into it (the kernel's linker script folds those input sections
+    into the one output .text, so only the objects show the split)."""
+    sizes = {"vmlinux_text": 0, "objects_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
     vmlinux = out / "vmlinux"
     if not vmlinux.exists():
         return sizes
@@ -254,6 +255,8 @@ def text_sizes(out: Path) -> dict[str, int]:
     sizes["objects"] = len(objs)
     for i in range(0, len(objs), 400):
         for name, size in _section_sizes(objs[i : i + 400]):
+            if name == ".text" or name.startswith(".text."):
+                sizes["objects_text"] += size
             if name.startswith(".text.hot"):
                 sizes["text_hot"] += size
             elif name.startswith(".text.unlikely"):

@@ -82,7 +82,7 @@ def _from_tree(tree: Path) -> KernelSource:
     if not (tree / "arch" / "x86" / "Makefile").is_file():
         raise UserError(f"{tree} has no arch/x86: kpgo builds x86-64 kernels", "pass an x86-capable Linux tree")
     head = makefile.read_text(errors="replace")[:2000]
-    nums = {k: re.search(rf"^{k}\s*=\s*(\S*)", head, re.M) for k in ("VERSION", "PATCHLEVEL", "SUBLEVEL", "EXTRAVERSION")}
+    nums = {k: re.search(rf"^{k}[ \t]*=[ \t]*(\S*)", head, re.M) for k in ("VERSION", "PATCHLEVEL", "SUBLEVEL", "EXTRAVERSION")}
     if not nums["VERSION"] or not nums["PATCHLEVEL"]:
         raise UserError(f"{makefile} carries no VERSION/PATCHLEVEL", "pass --source PATH to a Linux tree")
     version = ".".join(m.group(1) for k, m in nums.items() if m and m.group(1) and k != "EXTRAVERSION")
