@@ -76,7 +76,7 @@ def have_tool(name: str) -> bool:
 def require_gcc() -> None:
     for tool in ("gcc", "gcov-dump", "gcov-tool", "gcov"):
         if not have_tool(tool):
-            pytest.skip(f"{tool} not found: install gcc (with gcov, gcov-dump and gcov-tool) to run this test")
+            pytest.fail(f"{tool} not found: install gcc (with gcov, gcov-dump and gcov-tool); `make test` does")
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
