@@ -68,12 +68,21 @@ def test_guest_hang_is_killed(tiny_run: Path, tmp_path: Path) -> None:
     res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--guest-timeout", "6")
     assert_one_line_error(res, 3, "did not finish within 6 s")
     assert not (tmp_path / "p").exists()  # no half-written profile
+    assert (tmp_path / "p.failed-logs" / "log" / "console.log").is_file()  # but the console log is kept
     assert res.seconds < 60
 
 
 @pytest.mark.vm
+def test_server_that_does_not_start(tiny_run: Path, tmp_path: Path) -> None:
+    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--set", "port=99999")
+    assert_one_line_error(res, 3, "workload redis failed in the guest", "server exited")
+    assert "server| " in res.stderr and "65535" in res.stderr  # the server's own complaint
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.vm
 def test_failing_build_shows_compiler_error(tiny_run: Path, tmp_path: Path) -> None:
-    res = kpgo("build", "--base", "tiny", "--kcflags", "-fkpgo-no-such-flag", "-o", tmp_path / "broken")
+    res = kpgo("build", "--base", "tiny", "--kcflags=-fkpgo-no-such-flag", "-o", tmp_path / "broken")
     assert_one_line_error(res, 3, "kernel build of variant vanilla failed", "build.log")
     assert "-fkpgo-no-such-flag" in res.stdout  # the compiler's own error line is shown
     assert not (tmp_path / "broken" / "build.json").exists()

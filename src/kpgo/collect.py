@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from kpgo import atomic, vm
-from kpgo.errors import UserError
+from kpgo.errors import KpgoError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
@@ -35,7 +35,14 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         share = tmp / "guest"
         job = {"mode": "collect", "workload": workload, "runs": 1, "build_dir": manifest["build_dir"]}
         say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}), warm-up, reset counters, measured load, snapshot")
-        result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
+        try:
+            result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
+        except KpgoError as e:
+            # The profile is not written, but the guest's logs are kept for the post-mortem.
+            kept = out.parent / f"{out.name}.failed-logs"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(tmp, kept, ignore=shutil.ignore_patterns("*.gcda", "gcda.tar"))
+            raise type(e)(e.message, f"guest logs kept in {kept}") from None
         with tarfile.open(share / "gcda.tar") as tf:
             tf.extractall(tmp, filter="data")
         for raw in share.glob("load-*.txt"):

@@ -216,7 +216,7 @@ def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str]) -> int:
     def line(text: str) -> None:
         nonlocal compiled
         m = _STEP.match(text)
-        if m and m.group(1) == "CC":
+        if m and m.group(1) == "CC" and not m.group(2).startswith("/"):  # not the host tools (objtool)
             compiled += 1
             bar.step(note=m.group(2))
 
