@@ -131,7 +131,8 @@ def markdown(s: dict, res: dict) -> str:
         "",
         f"GCC read the profile in **{pr['objects_used']} of {pr['objects_nonempty']}** objects with a non-empty profile "
         f"(**{pr['ratio']:.1%}**, threshold {pr['threshold']:.0%}); functions with counts read: {pr['functions_read']}, "
-        f"functions where GCC gave up: {pr['functions_giving_up']}. Method: {pr['method']}.",
+        f"functions where GCC gave up: {pr['functions_giving_up']}. Method: {pr['method']}."
+        + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}." if pr.get("profiled_but_not_built") else ""),
         "",
         "## Benchmark",
         "",

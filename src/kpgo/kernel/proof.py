@@ -36,7 +36,9 @@ def check(out: Path, profile: Path) -> dict:
         rel = src.relative_to(profile)
         arcs = int(read_gcda(src).counters(ARCS).sum())
         dump = _dump_for(out, rel)
-        row: dict = {"arcs_sum": arcs, "dump": dump is not None}
+        # kernel/gcov/* and the like exist only in the instrumented kernel: no object, nothing to use.
+        built = (out / rel.with_suffix(".o")).exists()
+        row: dict = {"arcs_sum": arcs, "built": built, "dump": dump is not None}
         if dump is not None:
             text = dump.read_text(errors="replace")
             row["functions"] = len(_FUNC.findall(text))
@@ -48,7 +50,8 @@ def check(out: Path, profile: Path) -> dict:
         objects[str(rel.with_suffix(".o"))] = row
     for dump in out.rglob("*i.profile"):
         dump.unlink()
-    nonempty = [r for r in objects.values() if r["arcs_sum"] > 0]
+    nonempty = [r for r in objects.values() if r["arcs_sum"] > 0 and r["built"]]
+    not_built = sorted(k for k, r in objects.items() if r["arcs_sum"] > 0 and not r["built"])
     used = [r for r in nonempty if r["used"]]
     ratio = len(used) / len(nonempty) if nonempty else 0.0
     result = {
@@ -56,6 +59,7 @@ def check(out: Path, profile: Path) -> dict:
         "objects_with_profile": len(objects),
         "objects_nonempty": len(nonempty),
         "objects_used": len(used),
+        "profiled_but_not_built": not_built,
         "ratio": round(ratio, 4),
         "threshold": THRESHOLD,
         "functions_read": sum(r.get("functions_read", 0) for r in objects.values()),
