@@ -194,3 +194,48 @@ def value_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def env_without_gcov_prefix() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("GCOV_")}
+
+
+# -- synthesized files in any supported layout (written from the format rules, not by kpgo's writer) -------------
+
+TAG_WORDS = (0x01000000, 0x01A10000, 0xA1000000)  # counter values that look like record tags
+
+
+def version_word(major: int, minor: int = 1) -> int:
+    s = f"{chr(ord('A') + major // 10)}{major % 10}{minor}*"
+    return int.from_bytes(s.encode(), "big")
+
+
+def synth_gcda(major: int = 12, order: str = "<", functions: list[list[int]] | None = None, *, stamp: int = 0x1234,
+               summary: tuple[int, int] | None = None, trailer: list[int] | None = None, negative: bool = False,
+               idents: list[int] | None = None) -> bytes:
+    """A .gcda of GCC `major`: header, optional object summary, per function a FUNCTION record and an arc counter
+    record, optional words after an end marker (`trailer`, starting with 0). With negative=True (GCC >= 12) a
+    record whose counters are all zero is written as libgcov does: negative length, no payload."""
+    import numpy as np
+
+    unit = 4 if major >= 12 else 1
+    words = [0x67636461, version_word(major), stamp]
+    if major >= 12:
+        words.append(0)
+    if summary is not None:
+        words += [0xA1000000, 2 * unit, *summary]
+    for i, counts in enumerate([[1, 2, 3], [0], [1 << 40]] if functions is None else functions):
+        ident = idents[i] if idents is not None else 1000 + i
+        words += [0x01000000, 3 * unit, ident, 0xAAAA0000 + i, 0xBBBB0000 + i]
+        if negative and major >= 12 and counts and not any(counts):
+            words += [0x01A10000, (1 << 32) - 2 * len(counts) * unit]
+            continue
+        words += [0x01A10000, 2 * len(counts) * unit]
+        for c in counts:
+            words += [c & 0xFFFFFFFF, c >> 32]
+    if trailer:
+        words += trailer
+    return np.array(words, dtype=order + "u4").tobytes()
+
+
+def write_profile(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root

@@ -19,14 +19,19 @@ import numpy as np
 DEFAULT_L0_THRESHOLD = 0.01
 
 
-def cosine_matrix(x: np.ndarray) -> np.ndarray:
-    """Pairwise cosine similarity of the rows of x (profiles x items)."""
+def cosine_matrix(x: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """Pairwise cosine similarity of the rows of x (profiles x items). Memory: x plus one column chunk."""
     x = np.asarray(x, dtype=np.float64)
-    # Scale each row by its max first: kernel counts reach 1e12 and their squares would lose precision.
-    peak = np.abs(x).max(axis=1, keepdims=True)
-    y = np.divide(x, peak, out=np.zeros_like(x), where=peak > 0)
-    norms = np.linalg.norm(y, axis=1)
-    gram = y @ y.T
+    n = x.shape[0]
+    # Scale each row by its largest magnitude first: kernel counts reach 1e12 and their squares would lose
+    # precision. The Gram matrix is accumulated over column chunks (no full-size temporary).
+    peak = np.maximum(x.max(axis=1, initial=0.0), -x.min(axis=1, initial=0.0)) if x.size else np.zeros(n)
+    scale = np.divide(1.0, peak, out=np.zeros_like(peak), where=peak > 0)[:, None]
+    gram = np.zeros((n, n))
+    for a in range(0, x.shape[1], chunk):
+        y = x[:, a : a + chunk] * scale
+        gram += y @ y.T
+    norms = np.sqrt(np.diag(gram))
     denom = np.outer(norms, norms)
     out = np.divide(gram, denom, out=np.zeros_like(gram), where=denom > 0)
     zero = norms == 0

@@ -5,6 +5,10 @@ GCC instruments only the arcs off a spanning tree; every other count follows fro
 once per build *symbolically*: each arc's count is a sparse combination {counter index: coefficient} of the
 function's counters. Any number of profiles are then evaluated with one sparse product each.
 
+`kpgo profile compare` uses it only for functions whose tree arcs do not form a spanning tree (with EXIT merged
+into ENTRY); the others are solved for all functions at once by kpgo.analysis.characterize (subtree sums), which
+gives the same counts (tests/test_profile_fast.py checks both on real GCC output).
+
 API
     solve_function(fn) -> list[dict[int, int]] | None     expression of each arc (None if the graph is unsolvable)
     block_counts(fn, arc_expr) -> list[dict[int, int]]    expression of each block's count

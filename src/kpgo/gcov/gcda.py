@@ -23,6 +23,9 @@ API
     Gcda.functions() -> list[Function]      per-function view: ident, checksums, counters by kind
     layout_for_version(version, name) -> Layout
     version_text(version) -> str            the version word as text, e.g. "B22*"
+
+This is the per-file model, the reference for everything else. Whole profiles are read faster by kpgo.gcov.image,
+which falls back to this parser for any file it does not take.
 """
 
 from __future__ import annotations
@@ -237,7 +240,7 @@ class Gcda:
 
     def counter_kinds_present(self) -> set[int]:
         kinds = set()
-        for tag in np.unique(self.tags).tolist():
+        for tag in set(self.tags.tolist()):
             k = counter_kind(tag)
             if k is not None:
                 kinds.add(k)

@@ -15,12 +15,16 @@ in the order of this file: blocks by ARCS record, arcs in record order.
 API
     parse_gcno(data, name) -> Gcno
     read_gcno(path) -> Gcno
+    iter_notes(paths, names) -> Iterator[NotesTable]   many files, batch by batch, as flat arrays
+    read_notes(paths, names) -> NotesTable              all of them in one table
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -181,3 +185,281 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
 def read_gcno(path: Path | str) -> Gcno:
     path = Path(path)
     return parse_gcno(path.read_bytes(), str(path))
+
+
+# -- many files at once ------------------------------------------------------------------------------------------
+#
+# `kpgo profile compare` needs the CFG of every function of a build (tens of thousands of functions, ~10^6 arcs).
+# read_notes reads the .gcno files in batches of about 8 MB: a lean walk over the record headers of each file
+# notes where the FUNCTION, BLOCKS and ARCS records are, and numpy then decodes the records of the whole batch at
+# once. Records need not be word-aligned (GCC 12 writes strings unpadded), so positions are byte offsets. A file
+# the walk does not take as it is (big-endian, a record the per-file reader would reject or read differently) is
+# read by parse_gcno, which gives the same result or the error.
+
+_BATCH_BYTES = 8 << 20
+_II = struct.Struct("<II")
+
+
+@dataclass
+class NotesTable:
+    """The functions and arcs of many .gcno files as flat arrays (files in the order given, functions and arcs in
+    file order). File k's functions are func_first[k]:func_first[k+1]; function j's arcs arc_first[j]:arc_first[j+1]."""
+
+    names: list[str]  # the files read (those that could not be read are in `errors`)
+    stamps: list[int]
+    errors: dict[str, str]  # name -> problem ("missing" when there is no file)
+    func_first: np.ndarray  # int64 (files + 1,)
+    ident: np.ndarray  # int64 (functions,)
+    lineno_checksum: np.ndarray
+    cfg_checksum: np.ndarray
+    n_blocks: np.ndarray  # int64
+    fname: list[str | None]  # function names
+    arc_first: np.ndarray  # int64 (functions + 1,)
+    arc_src: np.ndarray  # int32 (arcs,)
+    arc_dst: np.ndarray
+    arc_flags: np.ndarray
+
+
+def _u32(v: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Little-endian 32-bit words at byte positions p of the byte array v, as int64."""
+    out = v[p].astype(np.int64)
+    out |= v[p + 1].astype(np.int64) << 8
+    out |= v[p + 2].astype(np.int64) << 16
+    out |= v[p + 3].astype(np.int64) << 24
+    return out
+
+
+def _walk(data: bytes, name: str, base: int, fn: list[int], blk: list[int], arc: list[int], arc_len: list[int]
+          ) -> bool:
+    """Append the byte positions (plus base) of the FUNCTION, BLOCKS and ARCS records of a little-endian .gcno,
+    and the payload lengths of the ARCS records. False (nothing appended) when the file is for parse_gcno."""
+    if len(data) < 16 or data[:4] != GCNO_MAGIC.to_bytes(4, "little"):
+        return False
+    try:
+        layout = layout_for_version(int.from_bytes(data[4:8], "little"), name)
+    except GcovFormatError:
+        return False
+    n = len(data)
+    pos = 16 if layout.header_checksum else 12
+    if pos + 4 > n:
+        return False
+    ln = int.from_bytes(data[pos : pos + 4], "little")
+    pos += 4 + (ln if layout.byte_lengths else 4 * ln) + 4  # cwd string, support_unexecuted_blocks
+    mult = 1 if layout.byte_lengths else 4
+    f: list[int] = []
+    b: list[int] = []
+    a: list[int] = []
+    al: list[int] = []
+    unpack = _II.unpack_from
+    have_fn = False
+    while pos + 8 <= n:
+        tag, length = unpack(data, pos)
+        length *= mult
+        end = pos + 8 + length
+        if end > n:
+            return False
+        if tag == TAG_ARCS:
+            if have_fn:
+                if length < 4 or (length - 4) % 8:
+                    return False
+                a.append(pos)
+                al.append(length)
+        elif tag == TAG_FUNCTION:
+            if length < 12:
+                return False
+            f.append(pos)
+            have_fn = True
+        elif tag == TAG_BLOCKS:
+            if have_fn:
+                if length < 4:
+                    return False
+                b.append(pos)
+        elif tag == 0:
+            break
+        pos = end
+    fn.extend(x + base for x in f)
+    blk.extend(x + base for x in b)
+    arc.extend(x + base for x in a)
+    arc_len.extend(al)
+    return True
+
+
+def _scan(datas: list[bytes], names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], list[str | None]]:
+    """Read a batch: which files were read here, and for those their functions and arcs (file order)."""
+    nf = len(datas)
+    start = np.zeros(nf + 1, dtype=np.int64)
+    np.cumsum([len(d) for d in datas], out=start[1:])
+    good = np.zeros(nf, dtype=bool)
+    fn: list[int] = []
+    blk: list[int] = []
+    arc: list[int] = []
+    arc_len: list[int] = []
+    mult = np.ones(nf, dtype=np.int64)
+    for k, (d, name) in enumerate(zip(datas, names)):
+        good[k] = _walk(d, name, int(start[k]), fn, blk, arc, arc_len)
+        if good[k] and gcc_major_of(d) < 12:
+            mult[k] = 4
+    buf = b"".join([*datas, b"\0" * 8])  # padding: reads a few bytes past any position stay inside
+    v = np.frombuffer(buf, dtype=np.uint8)
+    fpos = np.array(fn, dtype=np.int64)
+    ffid = np.searchsorted(start, fpos, side="right") - 1
+    nfunc = len(fpos)
+
+    def owner(q: np.ndarray) -> np.ndarray:  # the function of each record: the last FUNCTION before it
+        return np.searchsorted(fpos, q, side="right") - 1
+
+    nb = np.zeros(nfunc, dtype=np.int64)
+    bpos = np.array(blk, dtype=np.int64)
+    nb[owner(bpos)] = _u32(v, bpos + 8)  # the last BLOCKS record of a function counts
+    apos = np.array(arc, dtype=np.int64)
+    aown = owner(apos)
+    pairs = (np.array(arc_len, dtype=np.int64) - 4) // 8
+    total = int(pairs.sum())
+    j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
+    pos = np.repeat(apos + 12, pairs) + 8 * j
+    arc_func = np.repeat(aown, pairs)
+    src = np.repeat(_u32(v, apos + 8), pairs)
+    dst = _u32(v, pos)
+    flags = _u32(v, pos + 4)
+    lim = np.maximum(nb, 1)[arc_func]
+    outside = (dst >= lim) | (src >= lim)
+    if outside.any():  # the per-file reader names the function
+        good[ffid[arc_func[outside]]] = False
+    fields = {
+        "fid": ffid, "ident": _u32(v, fpos + 8), "lcs": _u32(v, fpos + 12), "ccs": _u32(v, fpos + 16), "nb": nb,
+        "arc_func": arc_func, "src": src.astype(np.int32), "dst": dst.astype(np.int32),
+        "flags": flags.astype(np.int32),
+    }
+    names_out: list[str | None] = []
+    for q, k in zip(fpos.tolist(), ffid.tolist()):
+        end = int(start[k + 1])
+        at = q + 20
+        fname = None
+        if at + 4 <= end:
+            ln = int.from_bytes(buf[at : at + 4], "little")
+            nbytes = ln * int(mult[k])
+            if ln and at + 4 + nbytes <= end:
+                fname = buf[at + 4 : at + 4 + nbytes].split(b"\0", 1)[0].decode("utf-8", "replace")
+        names_out.append(fname)
+    return good, fields, names_out
+
+
+def gcc_major_of(data: bytes) -> int:
+    from kpgo.gcov.gcda import gcc_major
+
+    return gcc_major(int.from_bytes(data[4:8], "little")) or 0
+
+
+def iter_notes(paths: list[str], names: list[str] | None = None) -> Iterator[NotesTable]:
+    """Read many .gcno files, one NotesTable per batch of about 8 MB of files, in order. Missing files are in the
+    batch's `errors` as "missing", unreadable ones with the problem. Memory: one batch."""
+    names = names or paths
+    i = 0
+    while i < len(paths):
+        datas: list[bytes] = []
+        idx: list[int] = []
+        errors: dict[str, str] = {}
+        size = 0
+        while i < len(paths) and (size < _BATCH_BYTES or not datas):
+            try:
+                with open(paths[i], "rb") as f:
+                    d = f.read()
+            except FileNotFoundError:
+                errors[names[i]] = "missing"
+                i += 1
+                continue
+            datas.append(d)
+            idx.append(i)
+            size += len(d)
+            i += 1
+        yield _batch_table(datas, [paths[k] for k in idx], [names[k] for k in idx], errors)
+
+
+def _batch_table(datas: list[bytes], paths: list[str], names: list[str], errors: dict[str, str]) -> NotesTable:
+    func_first = [0]
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ident", "lcs", "ccs", "nb", "src", "dst", "flags",
+                                                          "arcs_per_func")}
+    fnames: list[str | None] = []
+    read_names: list[str] = []
+    stamps: list[int] = []
+    good, fld, fn_names = _scan(datas, names) if datas else (np.zeros(0, bool), None, [])
+    if fld is not None:
+        # Functions per file of the batch, in file order; files that failed go through parse_gcno.
+        fcount = np.bincount(fld["fid"], minlength=len(datas))
+        ffirst = np.zeros(len(datas) + 1, dtype=np.int64)
+        np.cumsum(fcount, out=ffirst[1:])
+        acount = np.bincount(fld["arc_func"], minlength=len(fld["fid"]))
+        afirst = np.zeros(len(fld["fid"]) + 1, dtype=np.int64)
+        np.cumsum(acount, out=afirst[1:])
+    for b, name in enumerate(names):
+        if good[b]:
+            a, z = int(ffirst[b]), int(ffirst[b + 1])
+            parts["ident"].append(fld["ident"][a:z])
+            parts["lcs"].append(fld["lcs"][a:z])
+            parts["ccs"].append(fld["ccs"][a:z])
+            parts["nb"].append(fld["nb"][a:z])
+            parts["arcs_per_func"].append(acount[a:z])
+            s, e = int(afirst[a]), int(afirst[z])
+            parts["src"].append(fld["src"][s:e])
+            parts["dst"].append(fld["dst"][s:e])
+            parts["flags"].append(fld["flags"][s:e])
+            fnames.extend(fn_names[a:z])
+            stamps.append(int.from_bytes(datas[b][8:12], "little"))
+        else:
+            try:
+                g = parse_gcno(datas[b], paths[b])
+            except GcovFormatError as e:
+                errors[name] = e.problem
+                continue
+            fs = g.functions
+            parts["ident"].append(np.array([f.ident for f in fs], dtype=np.int64))
+            parts["lcs"].append(np.array([f.lineno_checksum for f in fs], dtype=np.int64))
+            parts["ccs"].append(np.array([f.cfg_checksum for f in fs], dtype=np.int64))
+            parts["nb"].append(np.array([f.n_blocks for f in fs], dtype=np.int64))
+            parts["arcs_per_func"].append(np.array([len(f.arc_src) for f in fs], dtype=np.int64))
+            for key, attr in (("src", "arc_src"), ("dst", "arc_dst"), ("flags", "arc_flags")):
+                parts[key].extend(getattr(f, attr).astype(np.int32) for f in fs)
+            fnames.extend(f.name for f in fs)
+            stamps.append(g.stamp)
+        read_names.append(name)
+        func_first.append(func_first[-1] + len(parts["ident"][-1]))
+    return _table(read_names, stamps, errors, func_first, parts, fnames)
+
+
+def _table(read_names: list[str], stamps: list[int], errors: dict[str, str], func_first: list[int],
+           parts: dict[str, list[np.ndarray]], fnames: list[str | None]) -> NotesTable:
+    def cat(key: str) -> np.ndarray:
+        if parts[key]:
+            return np.concatenate(parts[key])
+        return np.zeros(0, dtype=np.int32 if key in ("src", "dst", "flags") else np.int64)
+
+    apf = cat("arcs_per_func")
+    arc_first = np.zeros(len(apf) + 1, dtype=np.int64)
+    np.cumsum(apf, out=arc_first[1:])
+    return NotesTable(
+        names=read_names, stamps=stamps, errors=errors, func_first=np.array(func_first, dtype=np.int64),
+        ident=cat("ident"), lineno_checksum=cat("lcs"), cfg_checksum=cat("ccs"), n_blocks=cat("nb"), fname=fnames,
+        arc_first=arc_first, arc_src=cat("src"), arc_dst=cat("dst"), arc_flags=cat("flags"),
+    )
+
+
+def read_notes(paths: list[str], names: list[str] | None = None) -> NotesTable:
+    """All of iter_notes in one table."""
+    names_all: list[str] = []
+    stamps: list[int] = []
+    errors: dict[str, str] = {}
+    func_first = [0]
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ident", "lcs", "ccs", "nb", "src", "dst", "flags",
+                                                          "arcs_per_func")}
+    fnames: list[str | None] = []
+    for t in iter_notes(paths, names):
+        names_all += t.names
+        stamps += t.stamps
+        errors.update(t.errors)
+        func_first += (t.func_first[1:] + func_first[-1]).tolist()
+        for key, arr in (("ident", t.ident), ("lcs", t.lineno_checksum), ("ccs", t.cfg_checksum),
+                         ("nb", t.n_blocks), ("src", t.arc_src), ("dst", t.arc_dst), ("flags", t.arc_flags),
+                         ("arcs_per_func", np.diff(t.arc_first))):
+            parts[key].append(arr)
+        fnames += t.fname
+    return _table(names_all, stamps, errors, func_first, parts, fnames)

@@ -13,25 +13,35 @@ Counter kinds merge by their own rule (as libgcov merges them):
 With normalize, input i is first scaled by max_j(T_j) / T_i, where T_i is its total arc count, so that every input
 has the same total; then weights apply. Scaling up (never down) keeps small counts from rounding to zero.
 
-Inputs are read one file at a time across all inputs, so memory is bounded by the size of one profile (the merged
-result, kept until the global sum_max is known), not by the number of inputs times it.
+How: the first input is read whole into one buffer and indexed at once (kpgo.gcov.image); the output is its bytes
+with the merged counters written in place. Each other input is read whole, matched to it with one vectorized
+comparison per profile, and its counters are folded into one accumulator per rule. Files that do not take this path
+(see the comment above _merge_one) are merged per file with a full parse. Memory: the first input, the accumulators
+and the one input being read - about three times one profile, whatever the number of inputs. With --normalize the
+inputs are read twice (totals first).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from kpgo.atomic import output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, _ranges, counter_tag, parse_gcda, summary_bytes,
+    ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, counter_kind, parse_gcda,
+    summary_bytes,
 )
-from kpgo.gcov.profile import MANIFEST, gcda_list, read_manifest, read_profile_file, write_tree
-import os
+from kpgo.gcov.image import (
+    ARCS_TAG, Image, Index, counter_values, fixed_pieces, index_image, read_file, read_image, summaries_by_file,
+    summary_record,
+)
+from kpgo.gcov.profile import MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
 
 RULES = {
     "arcs": "sum", "interval": "sum", "pow2": "sum", "average": "sum",
@@ -86,42 +96,6 @@ def _same_structure(a: Gcda, b: Gcda) -> str | None:
     return None
 
 
-class _FastLayout:
-    """Word positions of one template file, to read other inputs of the same build without parsing them: a file
-    of the same size whose header, record headers and function records equal the template's has the same layout,
-    and its counters sit at the same word positions. (Kernel profiles of one build always qualify.)"""
-
-    def __init__(self, t: Gcda, data: bytes, kinds: list[int]) -> None:
-        self.ok = not bool((t.lengths >= 1 << 31).any()) and t.byteorder == "<"
-        self.size = len(data)
-        if not self.ok:
-            return
-        self.words = np.frombuffer(data, dtype="<u4")
-        hw = t.layout.header_words
-        n = len(t.tags)
-        sizes = np.diff(t.offsets)
-        hp = hw + 2 * np.arange(n, dtype=np.int64) + t.offsets[:-1]
-        fsel = np.flatnonzero(t.tags == TAG_FUNCTION)
-        fpos = _ranges(hp[fsel] + 2, sizes[fsel])
-        self.check = np.concatenate([np.arange(3, dtype=np.int64), hp, hp + 1, fpos])
-        self.expect = self.words[self.check]
-        self.pos: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for kind in kinds:
-            sel = np.flatnonzero(t.tags == counter_tag(kind))
-            idx = _ranges(hp[sel] + 2, sizes[sel])
-            self.pos[kind] = (idx[0::2], idx[1::2])
-
-    def counters(self, data: bytes, kind: int) -> np.ndarray | None:
-        """The counters of `kind` from another input's bytes, or None if its layout differs."""
-        if not self.ok or len(data) != self.size:
-            return None
-        w = np.frombuffer(data, dtype="<u4")
-        if not np.array_equal(w[self.check], self.expect):
-            return None
-        lo, hi = self.pos[kind]
-        return w[lo].astype(np.uint64) | (w[hi].astype(np.uint64) << 32)
-
-
 def _input_runs(src: Path, first: Gcda | None) -> int:
     fixed = read_manifest(src).get("fixed")
     if isinstance(fixed, dict) and isinstance(fixed.get("runs"), int) and fixed["runs"] > 0:
@@ -142,7 +116,19 @@ def _weighted_sum(arrays: list[np.ndarray], factors: list[float]) -> np.ndarray:
     for v, f in zip(arrays, factors):
         if f:
             accf += v.astype(np.float64) * f
-    return np.rint(np.minimum(accf, float(np.iinfo(np.uint64).max))).astype(np.uint64)
+    return _round_u64(accf)
+
+
+def _round_u64(acc: np.ndarray) -> np.ndarray:
+    """Float sums to counters: rounded to the nearest integer, saturating at 2**64 - 1."""
+    r = np.rint(acc)
+    over = r >= 2.0**64
+    if over.any():
+        r[over] = 0.0
+        out = r.astype(np.uint64)
+        out[over] = np.iinfo(np.uint64).max
+        return out
+    return r.astype(np.uint64)
 
 
 def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float]) -> np.ndarray:
@@ -156,6 +142,165 @@ def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float]) -> np
     stack = np.stack([np.where(v == 0, big, v) for v in live]) if live else np.full((1, len(arrays[0])), big)
     m = stack.min(axis=0)
     return np.where(m == big, np.uint64(0), m)
+
+
+# -- whole-profile merge ---------------------------------------------------------------------------------------
+#
+# The first input is read and indexed as one image (kpgo.gcov.image); it is the template: the output is its bytes
+# with the merged counters written in place. Every other input is read as one image and matched to it file by file
+# with one vectorized comparison (same size, same header, record headers and function records); its counters are
+# then gathered from the same positions and folded into one accumulator per merge rule. Memory: the template, the
+# accumulators and the one input being read - not the number of inputs times the profile.
+#
+# A file that does not take this path (not in the first input, fails the whole-profile check, differs in layout
+# in some input, carries counters that cannot be merged, or a case where the per-file integer/float choice of
+# the sum could differ) is merged on its own by the per-file code below, which reads it from every input, parses
+# it and reports any problem with a one-line error naming the file.
+
+
+def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: list[float]
+               ) -> tuple[Gcda, bytes, int, list[tuple[int, int]]]:
+    """Merge one file across the inputs holding it (full parse). Returns the output model, its bytes (without
+    the summary), its largest merged arc counter and (input, arc total) per input."""
+    raw: list[tuple[int, bytes]] = []
+    for i, d in enumerate(dirs):
+        if rel in present[i]:
+            raw.append((i, read_file(os.path.join(d, rel))))
+    t_idx, t_data = raw[0]
+    template = parse_gcda(t_data, os.path.join(dirs[t_idx], rel))
+    kinds = sorted(template.counter_kinds_present())
+    rules = []
+    for kind in kinds:
+        name = template.layout.kind_name(kind)
+        rule = RULES.get(name)
+        if rule is None:
+            raise UserError(
+                f"{os.path.join(dirs[t_idx], rel)}: cannot merge '{name}' counters",
+                "value profiles (-fprofile-generate) are not supported; kpgo merges -fprofile-arcs profiles",
+            )
+        rules.append(rule)
+    per_kind: list[list[np.ndarray]] = [[template.counters(k)] for k in kinds]
+    for i, data in raw[1:]:
+        g = parse_gcda(data, os.path.join(dirs[i], rel))
+        if g.stamp != template.stamp:
+            raise UserError(
+                f"{rel}: profiles from different builds (stamp {template.stamp:#x} in {dirs[t_idx]}, "
+                f"{g.stamp:#x} in {dirs[i]})",
+                "merge only profiles collected from the same instrumented build",
+            )
+        if g.version != template.version:
+            raise UserError(f"{rel}: gcov versions differ ({template.version_text} in {dirs[t_idx]}, "
+                            f"{g.version_text} in {dirs[i]})", "merge only profiles of one build")
+        why = _same_structure(template, g)
+        if why:
+            raise UserError(f"{rel}: {why} in {dirs[t_idx]} and {dirs[i]}",
+                            "merge only profiles collected from the same instrumented build")
+        for lst, k in zip(per_kind, kinds):
+            lst.append(g.counters(k))
+    out = template
+    fac = [factors[i] for i, _ in raw]
+    arc_totals: list[tuple[int, int]] = []
+    top = 0
+    for kind, rule, arrays in zip(kinds, rules, per_kind):
+        if kind == ARCS:
+            arc_totals = [(i, int(v.sum(dtype=np.uint64)) if len(v) else 0) for (i, _), v in zip(raw, arrays)]
+        values = _merge_kind(rule, arrays, fac)
+        if kind == ARCS and len(values):
+            top = int(values.max())
+        out = out.with_counters(kind, values)
+    return out, out.to_bytes(), top, arc_totals
+
+
+class _Group:
+    """The counter slots of one merge rule in the template's fast files, and their accumulator."""
+
+    BIG = np.uint64(np.iinfo(np.uint64).max)
+
+    def __init__(self, rule: str, arcs: bool, lo: np.ndarray, fid: np.ndarray, exact: bool) -> None:
+        self.rule, self.arcs, self.lo, self.fid = rule, arcs, lo, fid
+        self.exact = exact  # sum in uint64 (all factors integers) rather than float64
+        n = len(lo)
+        if rule == "sum":
+            self.acc = np.zeros(n, dtype=np.uint64 if exact else np.float64)
+        elif rule == "ior":
+            self.acc = np.zeros(n, dtype=np.uint64)
+        else:
+            self.acc = np.full(n, self.BIG, dtype=np.uint64)
+
+    def add(self, sel: np.ndarray | None, v: np.ndarray, f: float) -> None:
+        if not f:
+            return
+        acc = self.acc if sel is None else self.acc[sel]
+        if self.rule == "sum":
+            if self.exact:
+                acc += v * np.uint64(int(f))
+            else:
+                acc += v.astype(np.float64) * f
+        elif self.rule == "ior":
+            acc |= v
+        else:
+            np.minimum(acc, np.where(v == 0, self.BIG, v), out=acc)
+        if sel is not None:
+            self.acc[sel] = acc
+
+    def result(self) -> np.ndarray:
+        if self.rule == "sum" and not self.exact:
+            return _round_u64(self.acc)
+        if self.rule == "min_nonzero":
+            return np.where(self.acc == self.BIG, np.uint64(0), self.acc)
+        return self.acc
+
+
+def _groups(t: Index, slow: np.ndarray, exact: bool) -> list[_Group]:
+    """Slots by merge rule; files with counters that cannot be merged are marked slow (the per-file merge then
+    names them)."""
+    from kpgo.gcov.image import KNOWN_TAGS
+
+    ver = t.version[t.rec_fid]
+    by_rule: dict[str, np.ndarray] = {}
+    for tag in KNOWN_TAGS.tolist():
+        kind = counter_kind(tag)
+        if kind is None:
+            continue
+        is_tag = t.rec_tag == tag
+        if not is_tag.any():
+            continue
+        for version, layout in t.layouts.items():
+            recs = is_tag & (ver == version) if len(t.layouts) > 1 else is_tag
+            if not recs.any():
+                continue
+            rule = RULES.get(layout.kind_name(kind))
+            if rule is None:
+                slow[t.rec_fid[recs]] = True
+                continue
+            name = "arcs" if tag == ARCS_TAG else rule
+            by_rule[name] = by_rule[name] | recs if name in by_rule else recs
+    groups = []
+    for name in ("arcs", "sum", "ior", "min_nonzero"):
+        if name in by_rule:
+            lo, fid = t.counter_slots(by_rule[name])
+            groups.append(_Group("sum" if name == "arcs" else name, name == "arcs", lo, fid, exact))
+    return groups
+
+
+def _match(t: Index, spos: np.ndarray, sfid: np.ndarray, usable: np.ndarray, img: Image
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which template files `img` holds (present), which of them share the template's layout (ok), and the word
+    offset from the template file to img's copy (off)."""
+    where = img.index_of()
+    j = np.fromiter((where.get(r, -1) for r in t.image.rels), dtype=np.int64, count=t.n)
+    present = j >= 0
+    jj = np.where(present, j, 0)
+    ok = present & usable & (img.size[jj] == t.image.size)
+    off = img.wstart[jj] - t.image.wstart[:-1]
+    sel = ok[sfid]
+    if sel.all():
+        pos, fid = spos, sfid
+    else:
+        pos, fid = spos[sel], sfid[sel]
+    bad = fid[img.words[pos + off[fid]] != t.image.words[pos]]
+    ok[bad] = False
+    return present, ok, off
 
 
 def merge_profiles(
@@ -172,129 +317,103 @@ def merge_profiles(
         raise UserError(f"{len(weights)} weights for {len(dirs)} profiles", "give one weight per input")
     if dst.exists():
         raise UserError(f"output directory {dst} already exists", "choose another -o or remove it")
-    lists = [gcda_list(d) for d in dirs]
+    lists = [_rels_or_fail(d) for d in dirs]
     present = [set(ls) for ls in lists]
     rels = sorted(set().union(*present))
 
-    totals: list[int] = []
+    t = index_image(read_image(dirs[0], lists[0]))
     if normalize:
-        totals = [0] * len(dirs)
-        for rel in rels:
-            fast: _FastLayout | None = None
-            for i, d in enumerate(dirs):
-                if rel not in present[i]:
-                    continue
-                with open(os.path.join(d, rel), "rb") as f:
-                    data = f.read()
-                v = fast.counters(data, ARCS) if fast is not None else None
-                if v is None:
-                    g = parse_gcda(data, os.path.join(d, rel))
-                    v = g.counters(ARCS)
-                    if fast is None:
-                        fast = _FastLayout(g, data, [ARCS] if ARCS in g.counter_kinds_present() else [])
-                        if ARCS not in fast.__dict__.get("pos", {}):
-                            fast.ok = False
-                totals[i] += int(v.sum(dtype=np.uint64)) if len(v) else 0
-        for d, t in zip(dirs, totals):
-            if t == 0:
+        totals = []
+        for i, d in enumerate(dirs):
+            idx = t if i == 0 else index_image(read_image(d, lists[i]))
+            totals.append(_arc_total(idx))
+            del idx
+        for d, tot in zip(dirs, totals):
+            if tot == 0:
                 raise UserError(f"{d}: the profile has no counts, cannot --normalize it", "drop it or give weight 0")
         target = max(totals)
-        scales = [target / t for t in totals]
+        scales = [target / tot for tot in totals]
     else:
         scales = [1.0] * len(dirs)
     factors = [w * s for w, s in zip(weights, scales)]
+    exact = all(float(f).is_integer() for f in factors)
 
-    merged: list[tuple[Path, Gcda, bytes]] = []
-    global_max = 0
-    firsts: list[Gcda | None] = [None] * len(dirs)
-    out_totals = [0] * len(dirs)
-    for rel in rels:
-        # Template: the first input holding the file, parsed; the others are read through its layout when they
-        # share it (no parse), else parsed and checked record by record.
-        raw: list[tuple[int, bytes]] = []
-        for i, d in enumerate(dirs):
-            if rel in present[i]:
-                path = os.path.join(d, rel)
-                try:
-                    with open(path, "rb") as f:
-                        raw.append((i, f.read()))
-                except OSError as e:
-                    raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
-        t_idx, t_data = raw[0]
-        template = parse_gcda(t_data, os.path.join(dirs[t_idx], rel))
-        if firsts[t_idx] is None:
-            firsts[t_idx] = template
-        kinds = sorted(template.counter_kinds_present())
-        rules = []
-        for kind in kinds:
-            name = template.layout.kind_name(kind)
-            rule = RULES.get(name)
-            if rule is None:
-                raise UserError(
-                    f"{os.path.join(dirs[t_idx], rel)}: cannot merge '{name}' counters",
-                    "value profiles (-fprofile-generate) are not supported; kpgo merges -fprofile-arcs profiles",
-                )
-            rules.append(rule)
-        fast = _FastLayout(template, t_data, kinds)
-        per_kind: list[list[np.ndarray]] = [[template.counters(k)] for k in kinds]
-        for i, data in raw[1:]:
-            got = [fast.counters(data, k) for k in kinds] if kinds else [None]
-            if kinds and all(v is not None for v in got):
-                for lst, v in zip(per_kind, got):
-                    lst.append(v)
-                if firsts[i] is None:
-                    firsts[i] = parse_gcda(data, os.path.join(dirs[i], rel))
-                continue
-            g = parse_gcda(data, os.path.join(dirs[i], rel))
-            if firsts[i] is None:
-                firsts[i] = g
-            if g.stamp != template.stamp:
-                raise UserError(
-                    f"{rel}: profiles from different builds (stamp {template.stamp:#x} in {dirs[t_idx]}, "
-                    f"{g.stamp:#x} in {dirs[i]})",
-                    "merge only profiles collected from the same instrumented build",
-                )
-            if g.version != template.version:
-                raise UserError(f"{rel}: gcov versions differ ({template.version_text} in {dirs[t_idx]}, "
-                                f"{g.version_text} in {dirs[i]})", "merge only profiles of one build")
-            why = _same_structure(template, g)
-            if why:
-                raise UserError(f"{rel}: {why} in {dirs[t_idx]} and {dirs[i]}",
-                                "merge only profiles collected from the same instrumented build")
-            for lst, k in zip(per_kind, kinds):
-                lst.append(g.counters(k))
-        out = template
-        fac = [factors[i] for i, _ in raw]
-        # Fast output: the template's bytes with the merged counters written in place (layout unchanged).
-        out_words = np.frombuffer(bytearray(t_data), dtype="<u4") if fast.ok else None
-        for kind, rule, arrays in zip(kinds, rules, per_kind):
-            if kind == ARCS:
-                for (i, _), v in zip(raw, arrays):
-                    out_totals[i] += int(v.sum(dtype=np.uint64)) if len(v) else 0
-            values = _merge_kind(rule, arrays, fac)
-            if kind == ARCS and len(values):
-                global_max = max(global_max, int(values.max()))
-            if out_words is not None:
-                lo, hi = fast.pos[kind]
-                out_words[lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-                out_words[hi] = (values >> np.uint64(32)).astype(np.uint32)
+    slow = ~t.fast  # per template file: merged on its own
+    if not exact:  # a file some fractional input lacks might be merged exactly per file: leave it to that code
+        for i, f in enumerate(factors):
+            if not float(f).is_integer():
+                slow |= np.fromiter((r not in present[i] for r in t.image.rels), dtype=bool, count=t.n)
+    groups = _groups(t, slow, exact)
+    spos, sfid = t.structure_positions()
+    arc_sums: list[tuple[np.ndarray, np.ndarray]] = []  # per input: (files, arc total of each) over matched files
+    first_bytes: list[bytes | None] = []
+    for i, d in enumerate(dirs):
+        if i == 0:
+            img = t.image
+            ok = ~slow
+            off = np.zeros(t.n, dtype=np.int64)
+        else:
+            img = read_image(d, lists[i])
+            held, ok, off = _match(t, spos, sfid, ~slow, img)
+            slow |= held & ~ok
+        first_bytes.append(img.file_bytes(0) if img.rels else None)
+        files, sums = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+        for g in groups:
+            sel = ok[g.fid]
+            if sel.all():
+                sel_ = None
+                v = counter_values(img.words, g.lo + off[g.fid])
+                fid = g.fid
             else:
-                out = out.with_counters(kind, values)
-        merged.append((Path(rel), out, out_words.tobytes() if out_words is not None else out.to_bytes()))
+                sel_ = sel
+                fid = g.fid[sel]
+                v = counter_values(img.words, g.lo[sel] + off[fid])
+            g.add(sel_, v, factors[i])
+            if g.arcs and len(v):
+                starts = np.flatnonzero(np.r_[True, fid[1:] != fid[:-1]])
+                files, sums = fid[starts], np.add.reduceat(v, starts)
+        arc_sums.append((files, sums))
+        del img
+
+    # Files left to the per-file merge: not in the first input, or marked above.
+    where = t.image.index_of()
+    slow_rels = [r for r in rels if r not in where or slow[where[r]]]
+    merged: dict[str, tuple[Gcda, bytes]] = {}
+    out_totals = [0] * len(dirs)
+    global_max = 0
+    for rel in slow_rels:
+        g, data, top, arc_totals = _merge_one(rel, dirs, present, factors)
+        merged[rel] = (g, data)
+        global_max = max(global_max, top)
+        for i, s in arc_totals:
+            out_totals[i] += s
+    for i, (files, sums) in enumerate(arc_sums):
+        out_totals[i] += sum(sums[~slow[files]].tolist())
+    firsts = [parse_gcda(b, os.path.join(d, ls[0])) if b is not None else None
+              for d, ls, b in zip(dirs, lists, first_bytes)]
+
+    out_words = t.image.words.copy()
+    for g in groups:
+        values = g.result()
+        if g.arcs:
+            live = values[~slow[g.fid]]
+            if len(live):
+                global_max = max(global_max, int(live.max()))
+        out_words[g.lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        out_words[g.lo + 1] = (values >> np.uint64(32)).astype(np.uint32)
+        g.acc = values = None  # type: ignore[assignment]
 
     in_runs = [_input_runs(d, f) for d, f in zip(dirs, firsts)]
     total_runs = runs if runs is not None else sum(r for r, w in zip(in_runs, weights) if w)
     total_runs = max(1, min(total_runs, 0xFFFFFFFF))
     sum_max = min(global_max, 0xFFFFFFFF)
     missing = {str(d): len(rels) - len(p) for d, p in zip(dirs, present) if len(p) < len(rels)}
-    import json
-
     manifest = {
         "merged": {
             "inputs": [
-                {"path": str(d), "weight": w, "scale": s, "factor": f, "total_arcs": t, "runs": r,
+                {"path": str(d), "weight": w, "scale": s, "factor": f, "total_arcs": tot, "runs": r,
                  "profile": read_manifest(d)}
-                for d, w, s, f, t, r in zip(dirs, weights, scales, factors, out_totals, in_runs)
+                for d, w, s, f, tot, r in zip(dirs, weights, scales, factors, out_totals, in_runs)
             ],
             "normalize": normalize,
             "runs": total_runs,
@@ -304,9 +423,22 @@ def merge_profiles(
             "missing": missing,
         }
     }
+    summaries = {u: summary_record(u, total_runs, sum_max) for u in (1, 4)}
+    drop = summaries_by_file(t)
+    buf = memoryview(out_words.view(np.uint8))
+
+    def items() -> Iterator[tuple[str, Any]]:
+        for rel in rels:
+            m = merged.get(rel)
+            if m is None:
+                yield rel, fixed_pieces(t, buf, where[rel], summaries, drop)
+            else:
+                yield rel, summary_bytes(m[0], m[1], total_runs, sum_max)
+
     with output_dir(dst) as tmp:
-        write_tree(tmp, ((rel, summary_bytes(g, data, total_runs, sum_max)) for rel, g, data in merged))
+        write_tree(tmp, items())
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    buf.release()
     return {
         "files": len(rels),
         "inputs": [str(d) for d in dirs],
@@ -319,3 +451,13 @@ def merge_profiles(
         "max_counter": global_max,
         "missing": missing,
     }
+
+
+def _arc_total(idx: Index) -> int:
+    """Total arc count of a profile (fast files at once, the others parsed)."""
+    lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
+    total = _exact_sum(counter_values(idx.image.words, lo))
+    for k in idx.slow():
+        v = parse_gcda(idx.image.file_bytes(k), idx.image.path(k)).counters(ARCS)
+        total += int(v.sum(dtype=np.uint64)) if len(v) else 0
+    return total

@@ -6,6 +6,11 @@ API (used by `kpgo profile` and by the pipeline)
     profile_stats(src) -> dict                       files, functions, arcs_sum, arcs_max, with_summary, gcov_version, ...
     fix_profile(src, dst, runs=1) -> dict            copy with a correct object summary in every file (atomic dst)
     read_manifest(src) -> dict                       profile.json, {} when absent
+    load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.image)
+    write_tree(tmp, items) -> int                    write (relative path, bytes or list of pieces) items
+
+stats and fix read the whole profile into one buffer (memory: the profile size) and check and index all files at
+once; files that fail that check (not in the kernel's shape) go through the per-file parser, with the same results.
 
 The kernel writes .gcda files without the object summary record; GCC >= 9 then ignores the profile ("Profile info is
 missing; giving up"). fix_profile adds it with sum_max = the largest arc counter over the whole profile, because the
@@ -17,38 +22,35 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 
 from kpgo.atomic import output_dir
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, parse_gcda, summary_bytes
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, parse_gcda, summary_bytes, version_text
+from kpgo.gcov.image import (
+    ARCS_TAG, Index, counter_values, fixed_pieces, gcda_rels, index_image, read_image, summaries_by_file,
+    summary_record,
+)
 
 MANIFEST = "profile.json"
 
 
 def iter_gcda(src: Path) -> Iterator[Path]:
     """Relative paths of all .gcda files under src, sorted (deterministic output order)."""
-    src = Path(src)
-    if not src.is_dir():
-        raise UserError(f"profile directory {src} does not exist", "give a directory of .gcda files")
-    found: list[str] = []
-    for root, dirs, files in os.walk(src):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]  # skip our own temporary outputs
-        rel_root = os.path.relpath(root, src)
-        for f in files:
-            if f.endswith(".gcda") and not f.startswith("."):
-                found.append(f if rel_root == "." else os.path.join(rel_root, f))
-    found.sort()
-    return (Path(p) for p in found)
+    return (Path(p) for p in gcda_rels(src))
 
 
 def gcda_list(src: Path) -> list[Path]:
-    files = list(iter_gcda(src))
-    if not files:
+    return [Path(p) for p in _rels_or_fail(src)]
+
+
+def _rels_or_fail(src: Path | str) -> list[str]:
+    rels = gcda_rels(src)
+    if not rels:
         raise UserError(f"{src}: no .gcda files", "is this a profile directory (collected from an instrumented kernel)?")
-    return files
+    return rels
 
 
 def read_profile_file(src: Path, rel: Path) -> Gcda:
@@ -78,17 +80,47 @@ def _versions_text(versions: set[str]) -> str:
     return ",".join(sorted(versions))
 
 
+def _exact_sum(v: np.ndarray) -> int:
+    """Sum of uint64 values as a Python int, without wrap-around (high and low halves summed apart)."""
+    if not len(v):
+        return 0
+    lo = int((v & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+    hi = int((v >> np.uint64(32)).sum(dtype=np.uint64))
+    return (hi << 32) + lo
+
+
+def load_profile(src: Path | str) -> tuple[Index, list[str]]:
+    """Read and index a whole profile (kpgo.gcov.image); returns the index and the relative paths."""
+    rels = _rels_or_fail(src)
+    return index_image(read_image(src, rels)), rels
+
+
 def profile_stats(src: Path) -> dict[str, Any]:
     """Counts over a profile. Keys: files, functions (FUNCTION records with data), arcs (arc counters), arcs_sum,
     arcs_max, arcs_nonzero, with_summary (files carrying an object summary), gcov_version (text; comma-separated if
-    mixed), stamps (distinct stamps), bytes."""
-    files = functions = arcs = with_summary = nbytes = nonzero = 0
-    arcs_sum = arcs_max = 0
-    versions: set[str] = set()
-    stamps: set[int] = set()
-    for rel in gcda_list(src):
-        g = read_profile_file(src, rel)
-        files += 1
+    mixed), stamps (distinct stamps), bytes (payload bytes: the files without their header and record headers)."""
+    idx, rels = load_profile(src)
+    img = idx.image
+    fast = idx.fast
+    # Files that pass the whole-profile check, all at once.
+    functions = int(np.count_nonzero((idx.rec_tag == TAG_FUNCTION) & (idx.rec_len >= 3)))
+    lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
+    v = counter_values(img.words, lo)
+    arcs = len(v)
+    arcs_sum = _exact_sum(v)
+    arcs_max = int(v.max()) if len(v) else 0
+    nonzero = int(np.count_nonzero(v))
+    del v
+    srec = idx.summary_records()
+    with_summary = len(set(idx.rec_fid[srec[idx.rec_len[srec] >= 2]].tolist()))
+    nrec = np.diff(idx.rec_first)
+    trailer = img.wstart[:-1] + img.size // 4 - idx.rend  # words from an end marker on
+    nbytes = int((img.size - 4 * idx.hw - 8 * nrec - 4 * trailer)[fast].sum())
+    versions = {version_text(v) for v in set(idx.version[fast].tolist())}
+    stamps = set(idx.stamp[fast].tolist())
+    # The others through the full parser (which also names the first defective file).
+    for k in idx.slow():
+        g = parse_gcda(img.file_bytes(k), img.path(k))
         nbytes += len(g.payload) * 4
         versions.add(g.version_text)
         stamps.add(g.stamp)
@@ -99,12 +131,11 @@ def profile_stats(src: Path) -> dict[str, Any]:
         v = g.counters(ARCS)
         arcs += len(v)
         if len(v):
-            # Python int sum: a kernel-wide sum may exceed 2**64 in theory; per-file uint64 sums do not.
-            arcs_sum += int(v.sum(dtype=np.uint64))
+            arcs_sum += _exact_sum(v)
             arcs_max = max(arcs_max, int(v.max()))
             nonzero += int(np.count_nonzero(v))
     return {
-        "files": files,
+        "files": len(rels),
         "functions": functions,
         "arcs": arcs,
         "arcs_sum": arcs_sum,
@@ -117,17 +148,33 @@ def profile_stats(src: Path) -> dict[str, Any]:
     }
 
 
-def write_tree(tmp: Path, items: Iterator[tuple[Path, bytes]]) -> int:
-    """Write files under a temporary output directory (the directory itself becomes visible atomically)."""
-    made: set[Path] = set()
+Data = Union[bytes, bytearray, memoryview, Sequence[Union[bytes, memoryview]]]
+
+
+def write_tree(tmp: Path, items: Iterable[tuple[Path | str, Data]]) -> int:
+    """Write files under a temporary output directory (the directory itself becomes visible atomically). Each item
+    is (relative path, bytes) or (relative path, list of byte pieces written back to back)."""
+    made: set[str] = set()
+    root = os.fspath(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     n = 0
     for rel, data in items:
-        d = (tmp / rel).parent
+        path = os.path.join(root, rel)
+        d = os.path.dirname(path)
         if d not in made:
-            d.mkdir(parents=True, exist_ok=True)
+            os.makedirs(d, exist_ok=True)
             made.add(d)
-        with open(tmp / rel, "wb") as f:
-            f.write(data)
+        pieces = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        fd = os.open(path, flags, 0o666)
+        try:
+            total = sum(len(p) for p in pieces)
+            done = os.writev(fd, pieces) if len(pieces) > 1 else os.write(fd, pieces[0])
+            if done < total:  # short write (rare): write the rest piece by piece
+                rest = b"".join(bytes(p) for p in pieces)[done:]
+                while rest:
+                    rest = rest[os.write(fd, rest):]
+        finally:
+            os.close(fd)
         n += 1
     return n
 
@@ -137,24 +184,29 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
     counter over the whole profile (clamped to 32 bits, as GCC stores it). The layout of each file's GCC is kept.
 
     dst appears only when complete; src is never modified. Returns stats: files, runs, sum_max, sum_max_clamped,
-    had_summary, gcov_version."""
+    had_summary, gcov_version.
+
+    The whole profile is read into one buffer (memory: the profile size) and checked at once; each output file is
+    its header, the new summary record and the rest of the input file (without its old summaries), written from
+    that buffer without a rebuild. Files that fail the whole-profile check go through the full parser."""
     src, dst = Path(src), Path(dst)
     if runs < 1 or runs > 0xFFFFFFFF:
         raise UserError(f"--runs {runs} is out of range", "give a positive number of runs")
     if dst.exists():
         raise UserError(f"output directory {dst} already exists", "choose another -o or remove it")
-    rels = gcda_list(src)
-    # One profile in memory (the memory bound is the profile size): read once, find the global max, write.
-    parsed: list[tuple[Gcda, bytes]] = []
-    global_max = 0
-    had = 0
-    versions: set[str] = set()
-    for rel in rels:
-        path = os.path.join(src, rel)
-        with open(path, "rb") as f:
-            data = f.read()
-        g = parse_gcda(data, path)
-        parsed.append((g, data))
+    idx, rels = load_profile(src)
+    img = idx.image
+    fast = idx.fast
+    lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
+    global_max = int(counter_values(img.words, lo).max()) if len(lo) else 0
+    del lo
+    srec = idx.summary_records()
+    had = len(set(idx.rec_fid[srec[idx.rec_len[srec] >= 2]].tolist()))
+    versions = {version_text(v) for v in set(idx.version[fast].tolist())}
+    slow: dict[int, Gcda] = {}
+    for k in idx.slow():
+        g = parse_gcda(img.file_bytes(k), img.path(k))
+        slow[k] = g
         versions.add(g.version_text)
         if g.summary is not None:
             had += 1
@@ -163,11 +215,24 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
             global_max = max(global_max, int(v.max()))
     sum_max = min(global_max, 0xFFFFFFFF)
     manifest = read_manifest(src)
+    summaries = {u: summary_record(u, runs, sum_max) for u in (1, 4)}
+    drop = summaries_by_file(idx)
+    buf = memoryview(img.buf)
+
+    def items() -> Iterator[tuple[str, Data]]:
+        for k, rel in enumerate(rels):
+            g = slow.get(k)
+            if g is None:
+                yield rel, fixed_pieces(idx, buf, k, summaries, drop)
+            else:
+                yield rel, summary_bytes(g, img.file_bytes(k), runs, sum_max)
+
     with output_dir(dst) as tmp:
-        write_tree(tmp, ((rel, summary_bytes(g, data, runs, sum_max)) for rel, (g, data) in zip(rels, parsed)))
+        write_tree(tmp, items())
         manifest = dict(manifest)
         manifest["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src)}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    buf.release()
     return {
         "files": len(rels),
         "runs": runs,
@@ -185,6 +250,7 @@ __all__ = [
     "fix_profile",
     "gcda_list",
     "iter_gcda",
+    "load_profile",
     "profile_stats",
     "read_manifest",
     "read_profile_file",
