@@ -154,15 +154,16 @@ Data = Union[bytes, bytearray, memoryview, Sequence[Union[bytes, memoryview]]]
 def write_tree(tmp: Path, items: Iterable[tuple[Path | str, Data]]) -> int:
     """Write files under a temporary output directory (the directory itself becomes visible atomically). Each item
     is (relative path, bytes) or (relative path, list of byte pieces written back to back)."""
-    made: set[str] = set()
-    root = os.fspath(tmp)
+    made: set[str] = {""}
+    prefix = os.path.join(os.fspath(tmp), "")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     n = 0
     for rel, data in items:
-        path = os.path.join(root, rel)
-        d = os.path.dirname(path)
+        rel = os.fspath(rel)
+        path = prefix + rel
+        d = rel.rpartition("/")[0]
         if d not in made:
-            os.makedirs(d, exist_ok=True)
+            os.makedirs(prefix + d, exist_ok=True)
             made.add(d)
         pieces = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
         fd = os.open(path, flags, 0o666)
