@@ -2,7 +2,10 @@
 """Speed of `kpgo profile` on full-size profiles, side by side with `gcov-tool merge` (prints figures; not a test).
 
     .venv/bin/python benchmarks/bench_profile.py [--profile DIR --build BUILD_DIR] [--files 2500] [--repeat 5]
-                                                 [--baseline-src OLD/src] [--no-compare]
+                                                 [--baseline-src OLD/src] [--work /dev/shm/x] [--no-compare]
+
+docs/PROFILES.md ("Speed") has the exact commands and the figures. On a machine whose disk is busy (a kernel build
+next door), put --work on tmpfs: the outputs of gcov-tool and kpgo then do not wait for the disk.
 
 With --profile (a real kernel profile, e.g. from `kpgo collect`) and --build (its instrumented build directory) the
 figures are for that profile; it is only read. Without, a ~2500-file profile is synthesized: a generated C file
@@ -222,7 +225,7 @@ def main() -> int:
         raise SystemExit("gcov-tool not found (it comes with gcc)")
     work = args.work or Path(tempfile.mkdtemp(prefix="kpgo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    impls = {"after": SRC}
+    impls = {"kpgo": SRC}
     if args.baseline_src:
         impls = {"before": args.baseline_src.resolve(), "after": SRC}
     try:

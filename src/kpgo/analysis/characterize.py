@@ -8,7 +8,7 @@ The instrumented build's .gcno files give each function's CFG. From the arc coun
                                     taken = count of the non-fall-through arc, executed = block count
 The model of the build is made once per call (see Model: flow conservation as subtree sums over GCC's spanning
 trees, all functions at once; kpgo.gcov.flow's symbolic solver for the rare function that needs it); each profile
-is then a few vectorized passes. Memory: the model (arrays of int32, about 20 bytes per arc of the build) plus one
+is then a few vectorized passes. Memory: the model (about 16 bytes of arrays per arc of the build) plus one
 profile at a time plus the metric vectors of all profiles (8 bytes per function, branch arc and two-way branch each).
 
 API
