@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import kpgo
+
+pytestmark = pytest.mark.vm
 
 
 def test_profile_collected_from_guest(tiny_run: Path) -> None:
