@@ -189,14 +189,11 @@ def derive(base: Path, dst: Path, seed: int) -> Path:
 
 
 def machine() -> dict[str, object]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    from kpgo.host import cpu_model
+
+    cpu = cpu_model()
     gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     import numpy
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpgo import atomic, proc, stats, vm
+from kpgo import atomic, host, proc, stats, vm
 from kpgo.errors import UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
@@ -36,16 +36,8 @@ def parse_kernel_arg(text: str) -> Kernel:
 
 
 def host_facts(accel: str) -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     qemu = proc.capture(["qemu-system-x86_64", "--version"]).splitlines()[0]
-    return {"cpu": cpu, "accelerator": accel, "qemu": qemu, "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
+    return {"cpu": host.cpu_model(), "accelerator": accel, "qemu": qemu, "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
 
 
 def bench(kernels: list[Kernel], workload: dict, out: Path, *, boots: int, runs: int, guest: vm.Guest) -> dict:

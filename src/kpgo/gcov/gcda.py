@@ -348,21 +348,30 @@ class Gcda:
         return out
 
 
+_MAGICS = {"gcda": (GCDA_MAGIC, ".gcda data file"), "gcno": (GCNO_MAGIC, ".gcno notes file")}
+
+
+def byte_order(head: bytes, name: str, kind: str) -> str:
+    """'<' or '>' from the magic word of a file of `kind` ("gcda" or "gcno"); the other kind, or
+    anything else, is a GcovFormatError naming `name`."""
+    magic, what = _MAGICS[kind]
+    if head == magic.to_bytes(4, "little"):
+        return "<"
+    if head == magic.to_bytes(4, "big"):
+        return ">"
+    for other, (other_magic, other_what) in _MAGICS.items():
+        if other != kind and head in (other_magic.to_bytes(4, "little"), other_magic.to_bytes(4, "big")):
+            raise GcovFormatError(name, f"is a {other_what}, not a {what}")
+    raise GcovFormatError(name, f"not a .{kind} file (magic bytes {head.hex()}, expected '{kind}')")
+
+
 def parse_gcda(data: bytes, name: str) -> Gcda:
     """Parse a whole .gcda file. Every defect is a GcovFormatError naming `name` and the byte offset."""
     if len(data) == 0:
         raise GcovFormatError(name, "empty file (a .gcda has at least a 12-byte header)")
     if len(data) < 12:
         raise GcovFormatError(name, f"truncated header ({len(data)} bytes)")
-    head = data[:4]
-    if head == GCDA_MAGIC.to_bytes(4, "little"):
-        order = "<"
-    elif head == GCDA_MAGIC.to_bytes(4, "big"):
-        order = ">"
-    elif head in (GCNO_MAGIC.to_bytes(4, "little"), GCNO_MAGIC.to_bytes(4, "big")):
-        raise GcovFormatError(name, "is a .gcno notes file, not a .gcda data file")
-    else:
-        raise GcovFormatError(name, f"not a .gcda file (magic bytes {head.hex()}, expected 'gcda')")
+    order = byte_order(data[:4], name, "gcda")
     version = int.from_bytes(data[4:8], "little" if order == "<" else "big")
     layout = layout_for_version(version, name)
     if len(data) % 4:

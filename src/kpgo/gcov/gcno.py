@@ -28,7 +28,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kpgo.gcov.gcda import GCDA_MAGIC, GCNO_MAGIC, TAG_FUNCTION, GcovFormatError, Layout, layout_for_version, version_text
+from kpgo.gcov.gcda import GCNO_MAGIC, TAG_FUNCTION, GcovFormatError, Layout, byte_order, layout_for_version, version_text
 
 TAG_BLOCKS = 0x01410000
 TAG_ARCS = 0x01430000
@@ -98,15 +98,7 @@ class _Reader:
 def parse_gcno(data: bytes, name: str) -> Gcno:
     if len(data) < 12:
         raise GcovFormatError(name, "truncated header" if data else "empty file")
-    head = data[:4]
-    if head == GCNO_MAGIC.to_bytes(4, "little"):
-        order = "<"
-    elif head == GCNO_MAGIC.to_bytes(4, "big"):
-        order = ">"
-    elif head in (GCDA_MAGIC.to_bytes(4, "little"), GCDA_MAGIC.to_bytes(4, "big")):
-        raise GcovFormatError(name, "is a .gcda data file, not a .gcno notes file")
-    else:
-        raise GcovFormatError(name, f"not a .gcno file (magic bytes {head.hex()}, expected 'gcno')")
+    order = byte_order(data[:4], name, "gcno")
     bo = "little" if order == "<" else "big"
     version = int.from_bytes(data[4:8], bo)
     layout = layout_for_version(version, name)
