@@ -7,7 +7,6 @@ after warm-up, snapshot every .gcda, and write a profile directory:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tarfile
@@ -90,10 +89,6 @@ def _profile_info(root: Path) -> dict:
     if files == 0:
         raise UserError("the guest returned no .gcda files", "is the kernel built with CONFIG_GCOV_PROFILE_ALL?")
     return {"files": files, "arcs_sum": total, "gcov_version": ",".join(sorted(versions))}
-
-
-def config_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def load_profile_json(profile: Path) -> dict:

@@ -59,6 +59,11 @@ def need(tool: str) -> str:
     return path
 
 
+def _need_program(program: str) -> None:
+    if os.sep not in program:  # a bare name is looked up on PATH; a path is the caller's to get right
+        need(program)
+
+
 @dataclass
 class Result:
     argv: list[str]
@@ -84,7 +89,7 @@ def run(
 
     check=True turns a non-zero exit or a timeout into an InfraError naming `what` and the log."""
     argv = [str(a) for a in argv]
-    need(argv[0]) if os.sep not in argv[0] else None
+    _need_program(argv[0])
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -174,7 +179,7 @@ def _kill_group(p: subprocess.Popen[str]) -> None:
 def capture(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60) -> str:
     """Run a short query command and return its stdout (errors become InfraError)."""
     argv = [str(a) for a in argv]
-    need(argv[0]) if os.sep not in argv[0] else None
+    _need_program(argv[0])
     if verbose():
         print(f"+ {' '.join(argv)}", file=sys.stderr)
     try:

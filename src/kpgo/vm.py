@@ -36,7 +36,7 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def accelerator(probe_kernel: Path | None = None) -> str:
+def accelerator(probe_kernel: Path) -> str:
     """'kvm' or 'tcg'. KVM_CREATE_VM succeeding is not enough (guests die here with an
     emulation failure), so KVM must boot a kernel and run `true`. Cached per host boot."""
     forced = os.environ.get("KPGO_ACCEL")
@@ -50,10 +50,8 @@ def accelerator(probe_kernel: Path | None = None) -> str:
     except (OSError, ValueError, KeyError):
         pass
     accel = "tcg"
-    reason = "/dev/kvm is missing"
+    reason = "/dev/kvm is missing or not accessible"
     if os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.R_OK | os.W_OK):
-        if probe_kernel is None:
-            return "tcg"  # cannot probe yet; do not cache
         log = cache_dir() / "kvm-probe.log"
         log.unlink(missing_ok=True)
         res = proc.run(

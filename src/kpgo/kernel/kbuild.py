@@ -5,6 +5,7 @@ interrupted build keeps its objects and resumes with an incremental make."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from kpgo import atomic, proc
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import kconfig
+from kpgo.kernel import kconfig, proof
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
@@ -49,6 +50,7 @@ class BuildRequest:
     kcflags: tuple[str, ...] = ()
 
 
+@functools.cache
 def gcc_version() -> str:
     return proc.capture(["gcc", "-dumpfullversion"]).strip()
 
@@ -148,8 +150,6 @@ def build(req: BuildRequest) -> dict:
     }
     manifest["ok"] = True
     if req.profile is not None:
-        from kpgo.kernel import proof
-
         manifest["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
         manifest["proof"] = proof.check(out, req.profile)
         manifest["ok"] = manifest["proof"]["ok"]
@@ -157,8 +157,6 @@ def build(req: BuildRequest) -> dict:
     atomic.write_json(out / "build.json", manifest)
     say(f"build {req.variant}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None:
-        from kpgo.kernel import proof
-
         proof.enforce(manifest["proof"], out)
     return manifest
 
