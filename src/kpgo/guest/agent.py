@@ -10,6 +10,7 @@ Usage: python3 agent.py JOB.json      (exit 0 on success; result.json holds the 
 
 import io
 import json
+import math
 import os
 import re
 import socket
@@ -23,17 +24,36 @@ GCOV_ROOT = "/sys/kernel/debug/gcov"
 
 
 class Failure(Exception):
-    pass
+    def __init__(self, message, output=""):
+        super().__init__(message)
+        self.output = output
 
 
-def fill(argv, params):
-    return [str(a).format(**params) for a in argv]
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def fill(text, params):
+    """Replace {name} by the parameter's value; other braces (nginx blocks, Lua) stay as they are."""
+    return _FIELD.sub(lambda m: str(params[m[1]]) if m[1] in params else m[0], str(text))
+
+
+def fill_all(argv, params):
+    return [fill(a, params) for a in argv]
+
+
+def expand(step, params):
+    """One step, or one per value of the comma-separated parameter named by `each` ({each} bound)."""
+    if "each" not in step:
+        return [(step["name"], params)]
+    values = [v.strip() for v in str(params[step["each"]]).split(",") if v.strip()]
+    return [(f"{step['name']}-{v}", dict(params, each=v)) for v in values]
 
 
 def mount_tmpfs():
     base = tempfile.mkdtemp(prefix="kpgo-")
     # Own tmpfs, so the workload's data never touches 9p.
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g", "kpgo", base], check=False)
+    os.chmod(base, 0o755)
     return base
 
 
@@ -56,34 +76,100 @@ def wait_tcp(addr, timeout, server):
     raise Failure(f"server not ready on {addr} within {timeout} s")
 
 
-def run(argv, timeout, what):
+def run(argv, timeout, what, cwd=None):
     try:
-        cp = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        cp = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=cwd)
     except FileNotFoundError:
         raise Failure(f"{what}: program {argv[0]} not found in the guest") from None
-    except subprocess.TimeoutExpired:
-        raise Failure(f"{what} did not finish within {timeout} s") from None
+    except subprocess.TimeoutExpired as e:
+        raise Failure(f"{what} did not finish within {timeout:.0f} s", _text(e.stdout)) from None
     if cp.returncode != 0:
-        tail = " | ".join(cp.stdout.strip().splitlines()[-3:])
-        raise Failure(f"{what} failed with status {cp.returncode}: {tail}")
+        raise Failure(f"{what} failed with status {cp.returncode}", cp.stdout)
     return cp.stdout
 
 
-def parse_metric(text, spec):
-    rx = re.compile(spec["regex"], re.M)
+def _text(out):
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
+def tail(text, n=8):
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def parse_step(text, step):
+    """The step's metric (one value per match; `name` group, if any, names the part) and its
+    secondary figures (first match each; a `unit` group of us/ms/s converts to milliseconds)."""
     parts = {}
-    for m in rx.finditer(text):
-        parts[m.groupdict().get("name") or str(len(parts))] = float(m.group("value"))
-    if not parts:
-        raise Failure("the load generator's output has no line matching the metric regex")
-    vals = list(parts.values())
-    if spec.get("aggregate") == "hmean":
-        value = len(vals) / sum(1.0 / v for v in vals) if all(v > 0 for v in vals) else 0.0
-    elif spec.get("aggregate") == "sum":
-        value = sum(vals)
-    else:
-        value = sum(vals) / len(vals)
-    return value, parts
+    for m in re.finditer(step["metric"], text, re.M):
+        key = m.groupdict().get("name") or ""
+        parts[key] = float(m.group("value"))
+    secondary = {}
+    for key, rx in step.get("secondary", {}).items():
+        m = re.search(rx, text, re.M)
+        if m:
+            unit = m.groupdict().get("unit")
+            secondary[key] = float(m.group("value")) * (_MS[unit] if unit else 1.0)
+    return parts, secondary
+
+
+def aggregate(values, how):
+    if how == "sum":
+        return sum(values)
+    if how == "mean":
+        return sum(values) / len(values)
+    if any(v <= 0 for v in values):
+        return 0.0
+    if how == "hmean":
+        return len(values) / sum(1.0 / v for v in values)
+    # geomean: the mean ratio over unlike operations, each weighing the same
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def cpu_ticks():
+    """Guest CPU time so far (USER_HZ ticks): user (user+nice) and kernel (system+irq+softirq)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return {"user": v[0] + v[1], "kernel": v[2] + v[5] + v[6], "idle": v[3] + v[4]}
+
+
+def measured_run(wl, params, i, outdir, server):
+    """All load steps once: the primary value over the parts, secondary figures, and the
+    guest's kernel share of busy CPU time over the window."""
+    parts, secondary, seconds = {}, {}, {}
+    before = cpu_ticks()
+    for step in wl["load"]:
+        for name, p in expand(step, params):
+            t = time.monotonic()
+            out = run(fill_all(step["argv"], p), float(step.get("timeout", 600)), f"load step {name}", cwd=params["rundir"])
+            seconds[name] = round(time.monotonic() - t, 2)
+            with open(os.path.join(outdir, f"load-{i}-{name}.txt"), "w") as f:
+                f.write(out)
+            got, sec = parse_step(out, step)
+            if not got:
+                raise Failure(f"load step {name}: no line of its output matches the metric regex", out)
+            for key, value in got.items():
+                label = f"{name}.{key}" if key else name
+                if value <= 0:
+                    raise Failure(f"load step {name} reported zero throughput ({label})", out)
+                parts[label] = value
+            secondary.update({f"{name}.{k}": v for k, v in sec.items()})
+            if server is not None and server.poll() is not None:
+                raise Failure(f"the server exited with status {server.returncode} during load step {name}")
+    after = cpu_ticks()
+    user, kernel = after["user"] - before["user"], after["kernel"] - before["kernel"]
+    value = aggregate(list(parts.values()), wl["aggregate"])
+    return {
+        "value": value,
+        "parts": parts,
+        "secondary": secondary,
+        "seconds": round(sum(seconds.values()), 2),
+        "step_seconds": seconds,
+        "kernel_share": round(kernel / (user + kernel), 4) if user + kernel else None,
+        "cpu_ticks": {"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
+    }
 
 
 def gcov_reset():
@@ -142,37 +228,64 @@ def snapshot(prefix, tar_path, timings):
     return len(paths), sum(len(b) for b in data)
 
 
+def run_steps(steps, params, what):
+    for step in steps:
+        for name, p in expand(step, params):
+            run(fill_all(step["argv"], p), float(step.get("timeout", 600)), f"{what} step {name}", cwd=params["rundir"])
+
+
+def write_files(files, params):
+    for f in files:
+        path = os.path.join(params["rundir"], fill(f["path"], params))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as out:
+            out.write(fill(f["text"], params))
+        os.chmod(path, int(str(f.get("mode", "644")), 8))
+
+
+def start_server(spec, params):
+    log = open(os.path.join(params["rundir"], "server.log"), "w")
+    try:
+        return subprocess.Popen(fill_all(spec["argv"], params), stdout=log, stderr=subprocess.STDOUT, cwd=params["rundir"])
+    except FileNotFoundError:
+        raise Failure(f"server program {spec['argv'][0]} not found in the guest") from None
+
+
 def main(job_path):
     job = json.load(open(job_path))
     outdir = os.path.dirname(os.path.abspath(job_path))
     result = {"ok": False, "mode": job["mode"], "kernel": os.uname().release, "timings": {}, "runs": []}
     t0 = time.monotonic()
     server = None
+    rundir = None
+    phase = "setup"
     try:
         wl = job["workload"]
         rundir = mount_tmpfs()
-        params = dict(wl["params"], rundir=rundir)
-        log = open(os.path.join(rundir, "server.log"), "w")
-        server = subprocess.Popen(fill(wl["server"]["argv"], params), stdout=log, stderr=subprocess.STDOUT, cwd=rundir)
-        wait_tcp(fill([wl["server"]["ready_tcp"]], params)[0], float(wl["server"].get("ready_timeout", 60)), server)
+        params = dict(wl["params"], rundir=rundir, tools=job.get("tools_dir", ""), cpus=os.cpu_count() or 1)
+        write_files(wl.get("files", []), params)
+        run_steps(wl.get("setup", []), params, "setup")
+        if wl.get("server"):
+            phase = "server start"
+            server = start_server(wl["server"], params)
+            wait_tcp(fill(wl["server"]["ready_tcp"], params), float(wl["server"].get("ready_timeout", 60)), server)
         result["timings"]["ready"] = round(time.monotonic() - t0, 2)
+        phase = "prepare"
         t = time.monotonic()
-        run(fill(wl["warmup"]["argv"], params), float(wl["load"].get("timeout", 600)), "warm-up")
+        run_steps(wl.get("prepare", []), params, "prepare")
+        result["timings"]["prepare"] = round(time.monotonic() - t, 2)
+        phase = "warm-up"
+        t = time.monotonic()
+        run_steps(wl.get("warmup", []), params, "warm-up")
         result["timings"]["warmup"] = round(time.monotonic() - t, 2)
         if job["mode"] == "collect":
             ensure_debugfs()
             gcov_reset()
+        phase = "load"
         for i in range(int(job.get("runs", 1))):
-            t = time.monotonic()
-            out = run(fill(wl["load"]["argv"], params), float(wl["load"].get("timeout", 600)), "load generator")
-            secs = time.monotonic() - t
-            with open(os.path.join(outdir, f"load-{i}.txt"), "w") as f:
-                f.write(out)
-            value, parts = parse_metric(out, wl["metric"])
-            if value <= 0:
-                raise Failure("the load generator reported zero throughput")
-            result["runs"].append({"value": value, "parts": parts, "seconds": round(secs, 2)})
+            result["runs"].append(measured_run(wl, params, i, outdir, server))
         if job["mode"] == "collect":
+            phase = "snapshot"
             t = time.monotonic()
             tar_tmp = os.path.join(rundir, "gcda.tar")
             n, nbytes = snapshot(job["build_dir"], tar_tmp, result["timings"])
@@ -189,15 +302,17 @@ def main(job_path):
         result["ok"] = True
     except Failure as e:
         result["error"] = str(e)
+        result["phase"] = phase
+        result["output_tail"] = tail(e.output, 15)
         try:
-            result["server_log_tail"] = open(os.path.join(rundir, "server.log")).read()[-2000:]
+            result["server_log_tail"] = tail(open(os.path.join(rundir, "server.log"), errors="replace").read(), 15)
         except Exception:
             pass
     finally:
         if server is not None and server.poll() is None:
             server.terminate()
             try:
-                server.wait(timeout=10)
+                server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
         result["timings"]["total"] = round(time.monotonic() - t0, 2)

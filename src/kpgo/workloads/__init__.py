@@ -1,15 +1,24 @@
-"""Workloads as data: one TOML file per workload in this package (server, readiness probe,
-warm-up, measured load, metric regex). `--set KEY=VALUE` overrides a parameter."""
+"""Workloads as data: one TOML file per workload in this package. A workload is files written
+into a guest tmpfs run dir, setup steps, an optional server with a TCP readiness probe, prepare
+and warm-up steps, and measured load steps whose output a regex turns into numbers. Templates
+use {param}; the guest adds {rundir}, {tools} (kpgo's built helper programs) and {cpus}.
+`--set KEY=VALUE` (or NAME.KEY=VALUE) overrides a parameter. See docs/WORKLOADS.md."""
 
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kpgo.errors import UserError
+
+STEP_KINDS = ("setup", "prepare", "warmup", "load")
+GUEST_VARS = ("rundir", "tools", "cpus")
+AGGREGATES = ("hmean", "geomean", "mean", "sum")
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
 def _dir() -> Path:
@@ -20,20 +29,106 @@ def names() -> list[str]:
     return sorted(p.stem for p in _dir().glob("*.toml"))
 
 
-def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
+def _raw(name: str) -> dict[str, Any]:
     path = _dir() / f"{name}.toml"
     if not path.exists():
-        raise UserError(f"unknown workload '{name}'", f"choose one of: {', '.join(names())}")
+        raise UserError(f"unknown workload '{name}'", f"choose from: {', '.join(names())} (or all)")
     spec = tomllib.loads(path.read_text())
-    spec = copy.deepcopy(spec)
+    for f in spec.get("files", []):
+        # Shared page content lives once, in workloads/data/.
+        if "source" in f:
+            f["text"] = (_dir() / "data" / f.pop("source")).read_text()
+    return spec
+
+
+def validate(spec: dict[str, Any]) -> list[str]:
+    """Problems in a workload spec (empty if none): shape, regexes, and every {template} names a parameter."""
+    problems: list[str] = []
+    for key in ("name", "description", "unit", "higher_is_better", "aggregate", "params", "load"):
+        if key not in spec:
+            problems.append(f"missing '{key}'")
+    if problems:
+        return problems
+    if spec["aggregate"] not in AGGREGATES:
+        problems.append(f"aggregate must be one of {AGGREGATES}")
+    known = set(spec["params"]) | set(GUEST_VARS)
+
+    def check_template(text: str, where: str, extra: tuple[str, ...] = ()) -> None:
+        for m in _FIELD.finditer(text):
+            if m[1] not in known and m[1] not in extra:
+                problems.append(f"{where}: {{{m[1]}}} is not a parameter")
+
+    for f in spec.get("files", []):
+        check_template(f.get("path", ""), "files.path")
+        check_template(f.get("text", ""), f"files {f.get('path')}")
+    if "server" in spec:
+        srv = spec["server"]
+        if not srv.get("argv") or "ready_tcp" not in srv:
+            problems.append("server needs argv and ready_tcp")
+        for a in srv.get("argv", []) + [srv.get("ready_tcp", "")]:
+            check_template(a, "server")
+    if not spec["load"]:
+        problems.append("no load step")
+    for kind in STEP_KINDS:
+        for step in spec.get(kind, []):
+            where = f"{kind} step {step.get('name', '?')}"
+            if not step.get("name") or not isinstance(step.get("argv"), list) or not step["argv"]:
+                problems.append(f"{where}: needs name and argv")
+                continue
+            each = step.get("each")
+            if each is not None and each not in spec["params"]:
+                problems.append(f"{where}: each = {each} is not a parameter")
+            for a in step["argv"]:
+                check_template(a, where, ("each",) if each else ())
+            if kind == "load":
+                rxs = {"metric": step.get("metric", "")} | {f"secondary {k}": v for k, v in step.get("secondary", {}).items()}
+                for label, rx in rxs.items():
+                    try:
+                        if "value" not in re.compile(rx).groupindex:
+                            problems.append(f"{where}: {label} regex has no (?P<value>...) group")
+                    except re.error as e:
+                        problems.append(f"{where}: {label} regex does not compile: {e}")
+    return problems
+
+
+def _coerce(name: str, key: str, old: Any, value: str, item: str) -> Any:
+    if isinstance(old, bool):
+        return value.lower() in ("1", "true", "yes", "on")
+    try:
+        return type(old)(value)
+    except ValueError:
+        raise UserError(f"--set {item}: {key} of workload {name} takes a value of type {type(old).__name__}", f"its default is {old}") from None
+
+
+def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """One workload with overrides applied (KEY=VALUE, or NAME.KEY=VALUE for this workload only)."""
+    return load_many(name, overrides)[0]
+
+
+def parse_names(text: str) -> list[str]:
+    wanted = names() if text.strip() == "all" else [w.strip() for w in text.split(",") if w.strip()]
+    if not wanted:
+        raise UserError("--workload is empty", f"choose from: {', '.join(names())} (or all)")
+    for w in wanted:
+        _raw(w)  # unknown names fail here, before anything runs
+    return list(dict.fromkeys(wanted))
+
+
+def load_many(text: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
+    """Workloads named by 'a,b' or 'all', each with the overrides that apply to it. A plain
+    KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one."""
+    specs = [copy.deepcopy(_raw(n)) for n in parse_names(text)]
     for item in overrides or []:
         key, sep, value = item.partition("=")
-        if not sep or key not in spec["params"]:
-            known = ", ".join(sorted(spec["params"]))
-            raise UserError(f"--set {item}: not a parameter of workload {name}", f"its parameters are: {known}")
-        old = spec["params"][key]
-        try:
-            spec["params"][key] = type(old)(value) if not isinstance(old, bool) else value.lower() in ("1", "true", "yes")
-        except ValueError:
-            raise UserError(f"--set {item}: {key} takes a value of type {type(old).__name__}", f"default is {old}") from None
-    return spec
+        scope, dot, pkey = key.rpartition(".")
+        if not sep or not key:
+            raise UserError(f"--set {item}: expected KEY=VALUE or WORKLOAD.KEY=VALUE", "for example --set redis.clients=8")
+        targets = [s for s in specs if (not dot or s["name"] == scope) and pkey in s["params"]]
+        if not targets:
+            where = scope if dot else "/".join(s["name"] for s in specs)
+            known = sorted({k for s in specs if not dot or s["name"] == scope for k in s["params"]})
+            raise UserError(f"--set {item}: {pkey} is not a parameter of {where}", f"parameters: {', '.join(known) or 'none (is the workload chosen?)'}")
+        for s in targets:
+            s["params"][pkey] = _coerce(s["name"], pkey, s["params"][pkey], value, item)
+    return specs
+
