@@ -4,6 +4,7 @@ and leaves the input untouched."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,15 @@ def test_guest_hang_is_killed(tiny_run: Path, tmp_path: Path) -> None:
 
 @pytest.mark.vm
 def test_server_that_does_not_start(tiny_run: Path, tmp_path: Path) -> None:
-    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--set", "port=99999")
-    assert_one_line_error(res, 3, "workload redis failed in the guest", "server exited")
+    """A failing workload stops with the server's complaint, the next workload still runs and
+    keeps its profile, and the exit status says that one failed."""
+    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--workload", "redis,micro",
+               "--set", "redis.port=99999", "--set", "micro.procs=1", "--set", "micro.seconds=1")
+    assert_one_line_error(res, 3, "1 of 2 workloads failed", "workload redis failed in the guest", "server exited")
     assert "server| " in res.stderr and "65535" in res.stderr  # the server's own complaint
-    assert not (tmp_path / "p").exists()
+    assert not (tmp_path / "p" / "redis").exists()
+    assert (tmp_path / "p" / "redis.failed-logs" / "log" / "console.log").is_file()
+    assert json.loads((tmp_path / "p" / "micro" / "profile.json").read_text())["throughput"] > 0
 
 
 @pytest.mark.vm

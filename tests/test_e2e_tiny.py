@@ -40,32 +40,32 @@ def test_fixed_profile_has_summaries(tiny_run: Path) -> None:
 
 
 def test_optimized_build_used_the_profile(tiny_summary: dict, tiny_run: Path) -> None:
-    proof = tiny_summary["proof"]
+    proof = tiny_summary["workloads"]["redis"]["proof"]
     assert proof["objects_nonempty"] > 100
     assert proof["ratio"] >= 0.95 and proof["ok"]
     assert proof["functions_read"] > 1000
-    per_object = json.loads((tiny_run / "builds" / "optimized" / "proof.json").read_text())["objects"]
+    per_object = json.loads((tiny_run / "builds" / "optimized-redis" / "proof.json").read_text())["objects"]
     assert per_object["kernel/sched/core.o"]["used"]
-    sizes = tiny_summary["builds"]["optimized"]["sizes"]
+    sizes = tiny_summary["builds"]["optimized-redis"]["sizes"]
     assert sizes["text_unlikely"] > 0 and sizes["text_hot"] >= 0 and sizes["vmlinux_text"] > 0
 
 
 def test_bench_compared_both_kernels(tiny_summary: dict, tiny_run: Path) -> None:
-    rows = {r["kernel"]: r for r in tiny_summary["bench"]["summary"]}
+    rows = {r["kernel"]: r for r in tiny_summary["workloads"]["redis"]["bench"]["summary"]}
     assert set(rows) == {"vanilla", "optimized"}
     assert all(r["n"] == 2 and r["mean"] > 0 for r in rows.values())
     assert rows["vanilla"]["ratio"] == 1.0
     assert rows["optimized"]["ci_low"] <= rows["optimized"]["ratio"] <= rows["optimized"]["ci_high"]
     md = (tiny_run / "summary.md").read_text()
     assert "Proof that GCC used the profile" in md and "95% CI" in md
-    if tiny_summary["bench"]["host"]["accelerator"] == "tcg":
+    if tiny_summary["host"]["accelerator"] == "tcg":
         assert "TCG" in md
 
 
 def test_second_run_reuses_every_step(tiny_run: Path) -> None:
     res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", tiny_run)
     assert res.returncode == 0
-    for step in ("build instrumented: up to date", "collect redis: up to date", "profile fix: up to date",
+    for step in ("build instrumented: up to date", "collect redis: up to date", "profile fix redis: up to date",
                  "build optimized: up to date", "build vanilla: up to date"):
         assert step in res.stderr
     assert "bench: boot" not in res.stderr  # every boot's sample was kept

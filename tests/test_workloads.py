@@ -1,8 +1,11 @@
-"""Workload data files and the guest agent's metric parsing on recorded generator output."""
+"""Workload data files, overrides, and the guest agent's parsing of real generator output
+recorded in TCG guests (tests/data/workloads/<workload>/<step>.txt, from `kpgo collect
+--workload all`; see the README there)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -11,12 +14,8 @@ from kpgo import workloads
 from kpgo.errors import UserError
 
 AGENT = Path(__file__).resolve().parent.parent / "src" / "kpgo" / "guest" / "agent.py"
-
-# recorded from redis-benchmark 7.0 --csv in a tiny TCG guest
-REDIS_CSV = '''"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-"SET","6548.79","4.775","0.768","4.527","7.095","9.263","22.095"
-"GET","7102.27","4.402","0.720","4.191","6.519","8.439","14.863"
-'''
+RECORDED = Path(__file__).resolve().parent / "data" / "workloads"
+ALL = ["apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb"]
 
 
 def agent():  # the agent is a stand-alone script (it runs inside the guest), so load it by path
@@ -27,28 +26,115 @@ def agent():  # the agent is a stand-alone script (it runs inside the guest), so
     return mod
 
 
-def test_redis_spec_and_overrides() -> None:
-    wl = workloads.load("redis", ["requests=1000", "clients=8"])
-    assert wl["params"]["requests"] == 1000 and wl["params"]["clients"] == 8
-    assert wl["unit"] == "requests/s" and wl["higher_is_better"]
-    with pytest.raises(UserError):
-        workloads.load("redis", ["nosuch=1"])
+def test_the_suite_is_complete() -> None:
+    assert workloads.names() == ALL
+    assert [w["name"] for w in workloads.load_many("all")] == ALL
 
 
-def test_redis_metric_is_harmonic_mean() -> None:
-    wl = workloads.load("redis")
-    value, parts = agent().parse_metric(REDIS_CSV, wl["metric"])
-    assert parts == {"SET": 6548.79, "GET": 7102.27}
-    assert value == pytest.approx(2 / (1 / 6548.79 + 1 / 7102.27))
+@pytest.mark.parametrize("name", ALL)
+def test_spec_is_valid(name: str) -> None:
+    wl = workloads.load(name)
+    assert workloads.validate(wl) == []
+    assert wl["packages"] and wl["unit"] and "params" in wl and "paper" in wl
 
 
-def test_metric_missing_is_an_error() -> None:
+def test_validate_catches_mistakes() -> None:
+    wl = workloads.load("nginx")
+    wl["load"][0]["argv"].append("{no_such_param}")
+    wl["load"][0]["metric"] = "Requests/sec: ([0-9.]+)"  # no value group
+    problems = " ".join(workloads.validate(wl))
+    assert "{no_such_param} is not a parameter" in problems and "no (?P<value>...) group" in problems
+
+
+def test_overrides_plain_scoped_and_typed() -> None:
+    specs = workloads.load_many("redis,nginx", ["port=7000", "redis.clients=8", "nginx.duration=5"])
+    redis, nginx = specs
+    assert redis["params"]["port"] == nginx["params"]["port"] == 7000  # plain: every workload that has it
+    assert redis["params"]["clients"] == 8 and nginx["params"]["duration"] == 5
+    with pytest.raises(UserError, match="not a parameter"):
+        workloads.load_many("redis", ["nosuch=1"])
+    with pytest.raises(UserError, match="not a parameter"):
+        workloads.load_many("redis,nginx", ["nginx.clients=3"])  # redis has clients, nginx does not
+    with pytest.raises(UserError, match="type int"):
+        workloads.load("redis", ["clients=many"])
+    with pytest.raises(UserError, match="unknown workload"):
+        workloads.load_many("redis,nosuch")
+
+
+def test_templates_fill_only_known_names() -> None:
     a = agent()
-    with pytest.raises(a.Failure):
-        a.parse_metric("ERROR: connection refused\n", workloads.load("redis")["metric"])
+    assert a.fill("events { worker_connections 1024; } listen {port};", {"port": 80}) == "events { worker_connections 1024; } listen 80;"
+    step = {"name": "tcp", "each": "procs"}
+    assert [n for n, _ in a.expand(step, {"procs": "1, 4,16"})] == ["tcp-1", "tcp-4", "tcp-16"]
+    assert a.expand(step, {"procs": "2"})[0][1]["each"] == "2"
 
 
-def test_argv_templates_fill() -> None:
-    wl = workloads.load("redis")
-    argv = agent().fill(wl["load"]["argv"], dict(wl["params"], rundir="/x"))
-    assert "-n" in argv and argv[argv.index("-n") + 1] == "20000"
+def test_aggregates() -> None:
+    a = agent()
+    assert a.aggregate([2.0, 8.0], "geomean") == pytest.approx(4.0)
+    assert a.aggregate([1.0, 3.0], "hmean") == pytest.approx(1.5)
+    assert a.aggregate([1.0, 3.0], "mean") == 2.0 and a.aggregate([1.0, 3.0], "sum") == 4.0
+    assert a.aggregate([0.0, 3.0], "geomean") == 0.0
+
+
+def recorded_steps(name: str) -> list[tuple[dict, str, Path]]:
+    wl = workloads.load(name)
+    a = agent()
+    out = []
+    for step in wl["load"]:
+        for step_name, _ in a.expand(step, wl["params"]):
+            out.append((step, step_name, RECORDED / name / f"{step_name}.txt"))
+    return out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_recorded_output_parses(name: str) -> None:
+    """Every load step of every workload parses from real output into the recorded figures."""
+    a = agent()
+    expected = json.loads((RECORDED / name / "expected.json").read_text())
+    got_parts, got_secondary = {}, {}
+    for step, step_name, path in recorded_steps(name):
+        assert path.is_file(), f"no recorded output for {name} step {step_name}"
+        parts, secondary = a.parse_step(path.read_text(), step)
+        assert parts and all(v > 0 for v in parts.values()), step_name
+        got_parts.update({f"{step_name}.{k}" if k else step_name: v for k, v in parts.items()})
+        got_secondary.update({f"{step_name}.{k}": v for k, v in secondary.items()})
+    assert got_parts == expected["parts"]
+    assert got_secondary == pytest.approx(expected["secondary"])
+    wl = workloads.load(name)
+    assert a.aggregate(list(got_parts.values()), wl["aggregate"]) == pytest.approx(expected["value"])
+
+
+def test_hand_checked_figures() -> None:
+    """A few figures read off the recorded files by eye, so the golden files are not only the code's own word."""
+    exp = {n: json.loads((RECORDED / n / "expected.json").read_text()) for n in ALL}
+    for name, key, value in HAND_CHECKED:
+        assert exp[name]["parts"].get(key, exp[name]["secondary"].get(key)) == pytest.approx(value), (name, key)
+
+
+HAND_CHECKED: list[tuple[str, str, float]] = [
+    ("nginx", "wrk", 2252.11), ("nginx", "wrk.p50_ms", 11.74),                 # Requests/sec:   2252.11 / 50%   11.74ms
+    ("apache", "ab", 343.61),                                                   # Requests per second:    343.61 [#/sec]
+    ("memcached", "memcaslap", 7148),                                           # ... TPS: 7148 Net_rate: 8.0M/s
+    ("mysql", "read_write", 33.27), ("mysql", "read_write.p99_ms", 227.40),     # (33.27 per sec.) / 99th percentile: 227.40
+    ("postgresql", "tpcb_like", 3719.218194), ("postgresql", "tpcb_like.latency_avg_ms", 2.151),
+    ("rocksdb", "db_bench.readrandom", 28147), ("leveldb", "leveldb_bench.readrandom", 50027),
+    ("redis", "bench.GET", 7057.99), ("redis", "bench.get_p99_ms", 8.351),      # "GET","7057.99",...,"8.351","19.567"
+    ("micro", "fork", 117.25),                                                  # fork  235  2.00  0.11  1.96  117.25  113.74
+]
+
+
+def test_kernel_config_requirements(tmp_path: Path) -> None:
+    pg = workloads.load("postgresql")
+    (tmp_path / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_SYSVIPC is not set\n")
+    with pytest.raises(UserError, match="needs CONFIG_SYSVIPC=y"):
+        workloads.check_kernel([pg], tmp_path)
+    (tmp_path / ".config").write_text("CONFIG_64BIT=y\nCONFIG_SYSVIPC=y\n")
+    workloads.check_kernel([pg], tmp_path)
+
+
+def test_failed_generator_output_is_no_metric() -> None:
+    a = agent()
+    step = workloads.load("redis")["load"][0]
+    parts, _ = a.parse_step("Could not connect to Redis at 127.0.0.1:6379: Connection refused\n", step)
+    assert parts == {}

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpgo import atomic, host, proc, stats, vm
+from kpgo import atomic, host, proc, stats, vm, workloads
 from kpgo.errors import UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
@@ -53,6 +53,7 @@ def bench(kernels: list[Kernel], workload: dict, out: Path, *, boots: int, runs:
         if m is None or not m.get("ok"):
             raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
         images[k.label] = (Path(m["bzImage"]), m)
+        workloads.check_kernel([workload], k.build_dir)
     accel = vm.accelerator(images[kernels[0].label][0])
     out.mkdir(parents=True, exist_ok=True)
     # Boots kept from an earlier bench are reused only if kernels, workload and design are the same.
@@ -76,7 +77,11 @@ def bench(kernels: list[Kernel], workload: dict, out: Path, *, boots: int, runs:
             job = {"mode": "bench", "workload": workload, "runs": runs}
             result = vm.run_agent(images[label][0], bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel)
             values = [r["value"] for r in result["runs"]]
-            rec = {"boot": i, "kernel": label, "values": values, "mean": sum(values) / len(values), "timings": result["timings"]}
+            rec = {
+                "boot": i, "kernel": label, "values": values, "mean": sum(values) / len(values),
+                "parts": [r["parts"] for r in result["runs"]], "secondary": [r["secondary"] for r in result["runs"]],
+                "kernel_share": [r["kernel_share"] for r in result["runs"]], "timings": result["timings"],
+            }
             atomic.write_json(done, rec)
         samples[label].append(rec["mean"])
         raw.append(rec)

@@ -14,7 +14,7 @@ from kpgo import __version__
 from kpgo.errors import KpgoError
 
 # name -> module under kpgo.commands exposing register(subparsers)
-COMMANDS = ("build", "collect", "profile", "bench", "run")
+COMMANDS = ("build", "collect", "profile", "bench", "run", "workloads")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KpgoError as e:
         print(f"kpgo: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        # `kpgo workloads list | head`: the reader left; not an error worth a message.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("kpgo: interrupted — completed steps are kept; run the same command again to resume", file=sys.stderr)
         return 130

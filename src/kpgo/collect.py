@@ -13,7 +13,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from kpgo import atomic, vm
+from kpgo import atomic, vm, workloads
 from kpgo.errors import KpgoError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
@@ -26,6 +26,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build --variant instrumented`")
     if not manifest.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
+    workloads.check_kernel([workload], build_dir)
     kernel = Path(manifest["bzImage"])
     accel = vm.accelerator(kernel)
     t0 = time.monotonic()
@@ -61,6 +62,9 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
             "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"]},
             "throughput": result["runs"][0]["value"],
             "throughput_parts": result["runs"][0]["parts"],
+            "secondary": result["runs"][0]["secondary"],
+            "kernel_share": result["runs"][0]["kernel_share"],
+            "window_seconds": result["runs"][0]["seconds"],
             "accelerator": accel,
             "files": info["files"],
             "arcs_sum": info["arcs_sum"],

@@ -18,6 +18,7 @@ from kpgo import atomic, proc
 from kpgo.errors import InfraError, UserError
 from kpgo.paths import cache_dir
 from kpgo.progress import say
+from kpgo.workloads.install import tools_dir
 
 AGENT = Path(__file__).parent / "guest" / "agent.py"
 
@@ -75,7 +76,7 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
-    atomic.write_json(rundir / "job.json", job)
+    atomic.write_json(rundir / "job.json", {**job, "tools_dir": str(tools_dir())})
     cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
     argv: list[str | Path] = [
         "vng", "-r", kernel, "--rwdir", rundir, "--cpus", str(guest.cpus), "--memory", guest.memory,
@@ -92,8 +93,9 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
         raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}", f"console log: {log}")
     result = json.loads(result_file.read_text())
     if not result.get("ok"):
-        server = result.get("server_log_tail", "").strip().splitlines()[-5:]
-        for ln in server:
-            print(f"  server| {ln}", file=sys.stderr)
-        raise InfraError(f"workload {job['workload']['name']} failed in the guest: {result.get('error')}", f"console log: {log}")
+        # The tails of the failing step's output and of the server's log say why, in place.
+        for key, tag in (("output_tail", "output"), ("server_log_tail", "server")):
+            for ln in result.get(key, "").strip().splitlines()[-6:]:
+                print(f"  {tag}| {ln}", file=sys.stderr)
+        raise InfraError(f"workload {job['workload']['name']} failed in the guest ({result.get('phase')}): {result.get('error')}", f"console log: {log}")
     return result

@@ -24,8 +24,22 @@ def add_guest_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default="redis", help="workload to run (default redis)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a workload parameter (repeatable)")
+    from kpgo import workloads
+
+    p.add_argument("--workload", default="redis", metavar="NAME[,NAME...]",
+                   help=f"workload(s): {', '.join(workloads.names())}, or all (default redis; see `kpgo workloads list`)")
+    p.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE",
+                   help="override a workload parameter, for every chosen workload that has it or for NAME only (repeatable)")
+
+
+def chosen_workloads(args: argparse.Namespace) -> list[dict]:
+    """The --workload list with --set applied; fails before any boot if a package is missing."""
+    from kpgo import workloads
+    from kpgo.workloads import install
+
+    specs = workloads.load_many(args.workload, args.set)
+    install.require(specs)
+    return specs
 
 
 def guest_from(args: argparse.Namespace):  # -> vm.Guest

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kpgo.commands.common import add_guest_options, add_kernel_options, add_workload_options, guest_from
+from kpgo.commands.common import add_guest_options, add_kernel_options, add_workload_options, chosen_workloads, guest_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
         help="the whole loop: builds, collect, fix, optimized build with proof, bench, summary",
-        description="Build the instrumented kernel, collect a profile under the workload, add the object summary, "
-        "build the optimized kernel and prove GCC used the profile, build the vanilla kernel, benchmark vanilla vs "
-        "optimized, and write summary.md and run.json. Steps are cached: run it again to resume.",
+        description="Build the instrumented kernel, collect a profile under each workload, add the object summary, "
+        "build one optimized kernel per workload and prove GCC used its profile, build the vanilla kernel, benchmark "
+        "vanilla vs optimized under each workload, and write summary.md and run.json. Steps are cached: run it again "
+        "to resume.",
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
     p.add_argument("--boots", type=int, default=3, help="bench boots per kernel (default 3)")
@@ -26,12 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kpgo import pipeline, workloads
+    from kpgo import pipeline
 
-    wl = workloads.load(args.workload, args.set)
+    specs = chosen_workloads(args)
     name = args.config.stem if args.config else (args.base or "server")
-    run_dir = args.dir or Path("kpgo-runs") / f"{name}-{wl['name']}"
-    opts = pipeline.RunOptions(run_dir, args.base, args.config, tuple(args.fragment), args.source, wl, args.boots, args.runs, args.jobs, guest_from(args))
+    label = "all" if args.workload.strip() == "all" else "-".join(s["name"] for s in specs)
+    run_dir = args.dir or Path("kpgo-runs") / f"{name}-{label}"
+    opts = pipeline.RunOptions(run_dir, args.base, args.config, tuple(args.fragment), args.source, tuple(specs), args.boots, args.runs, args.jobs, guest_from(args))
     pipeline.run(opts)
     print((run_dir / "summary.md").read_text())
     return 0

@@ -67,6 +67,9 @@ def validate(spec: dict[str, Any]) -> list[str]:
             problems.append("server needs argv and ready_tcp")
         for a in srv.get("argv", []) + [srv.get("ready_tcp", "")]:
             check_template(a, "server")
+    for b in spec.get("build", []):
+        if not {"output", "source", "argv"} <= set(b) or not (_dir() / "tools" / b.get("source", "")).is_file():
+            problems.append(f"build {b.get('output')}: needs output, argv and a source in workloads/tools/")
     if not spec["load"]:
         problems.append("no load step")
     for kind in STEP_KINDS:
@@ -89,6 +92,22 @@ def validate(spec: dict[str, Any]) -> list[str]:
                     except re.error as e:
                         problems.append(f"{where}: {label} regex does not compile: {e}")
     return problems
+
+
+def check_kernel(specs: list[dict[str, Any]], build_dir: Path) -> None:
+    """Workloads may name kernel options they cannot run without (kernel_config = ["SYSVIPC"]);
+    a build lacking one fails here, before a boot, instead of deep inside the guest."""
+    try:
+        config = (build_dir / ".config").read_text()
+    except OSError:
+        return  # not a kpgo build; the caller's own check reports that
+    have = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith(("=y", "=m"))}
+    for s in specs:
+        lacking = [o for o in s.get("kernel_config", []) if o not in have]
+        if lacking:
+            opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
+            raise UserError(f"workload {s['name']} needs {opts}, which the kernel in {build_dir} lacks",
+                            "add it with --fragment FILE (the tiny and server configs have it)")
 
 
 def _coerce(name: str, key: str, old: Any, value: str, item: str) -> Any:

@@ -1,0 +1,108 @@
+"""Workload prerequisites on the host (the guest runs over the host's root file system, so what
+is installed here is what the guest has): Debian packages, and kpgo's own helper programs built
+against them (the LevelDB benchmark). Installing is explicit (`kpgo workloads install`, or
+`make setup`); collect/bench/run only check, and name the command that fixes what is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kpgo import proc
+from kpgo.errors import UserError
+from kpgo.paths import cache_dir
+from kpgo.progress import say
+
+
+def tools_dir() -> Path:
+    return cache_dir() / "tools"
+
+
+def installed(packages: list[str]) -> set[str]:
+    """Those of `packages` that dpkg reports as installed."""
+    if not packages:
+        return set()
+    res = proc.run(["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}\n", *packages], check=False, keep_output=True)
+    return {ln.split()[0] for ln in res.output.splitlines() if len(ln.split()) >= 2 and ln.split()[1] == "ii"}
+
+
+def missing_packages(specs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """workload name -> its packages that are not installed (workloads with none missing left out)."""
+    wanted = sorted({p for s in specs for p in s.get("packages", [])})
+    have = installed(wanted)
+    gaps = {s["name"]: [p for p in s.get("packages", []) if p not in have] for s in specs}
+    return {k: v for k, v in gaps.items() if v}
+
+
+def _tool_source(build: dict[str, Any]) -> Path:
+    return Path(__file__).parent / "tools" / build["source"]
+
+
+def _tool_stamp(build: dict[str, Any]) -> str:
+    h = hashlib.sha256(_tool_source(build).read_bytes())
+    h.update(repr(build["argv"]).encode())
+    return h.hexdigest()[:16]
+
+
+def stale_tools(specs: list[dict[str, Any]]) -> list[str]:
+    """Helper programs not built yet, or built from an older source."""
+    out = []
+    for s in specs:
+        for b in s.get("build", []):
+            stamp = tools_dir() / f"{b['output']}.stamp"
+            if not (tools_dir() / b["output"]).exists() or not stamp.exists() or stamp.read_text() != _tool_stamp(b):
+                out.append(b["output"])
+    return out
+
+
+def build_tools(specs: list[dict[str, Any]]) -> None:
+    tools_dir().mkdir(parents=True, exist_ok=True)
+    for s in specs:
+        for b in s.get("build", []):
+            out = tools_dir() / b["output"]
+            stamp = tools_dir() / f"{b['output']}.stamp"
+            want = _tool_stamp(b)
+            if out.exists() and stamp.exists() and stamp.read_text() == want:
+                continue
+            tmp = out.with_name(out.name + ".tmp")
+            argv = [a.replace("{output}", str(tmp)).replace("{source}", str(_tool_source(b))) for a in b["argv"]]
+            say(f"workloads: building {b['output']} for {s['name']}")
+            log = tools_dir() / f"{b['output']}.log"
+            log.unlink(missing_ok=True)
+            proc.run(argv, log=log, what=f"building {b['output']}", timeout=600)
+            os.replace(tmp, out)  # atomic: a half-built program is never picked up
+            stamp.write_text(want)
+
+
+def install(specs: list[dict[str, Any]]) -> None:
+    """apt-get install what is missing (idempotent), then build kpgo's helper programs."""
+    gaps = missing_packages(specs)
+    pkgs = sorted({p for v in gaps.values() for p in v})
+    if pkgs:
+        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+        if sudo and not shutil.which("sudo"):
+            raise UserError(f"installing {' '.join(pkgs)} needs root", f"run as root: apt-get install {' '.join(pkgs)}")
+        say(f"workloads: installing Debian packages: {' '.join(pkgs)}")
+        log = cache_dir() / "apt.log"
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        if proc.run([*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], log=log, env=env, check=False).returncode != 0:
+            # The package lists may be stale on a fresh machine: refresh once and retry.
+            proc.run([*sudo, "apt-get", "update", "-q"], log=log, env=env, what="apt-get update", timeout=600)
+            proc.run([*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], log=log, env=env, what=f"apt-get install {' '.join(pkgs)}", timeout=1800)
+    else:
+        say("workloads: all Debian packages present")
+    build_tools(specs)
+
+
+def require(specs: list[dict[str, Any]]) -> None:
+    """Fail early, before any boot, if a chosen workload cannot run here."""
+    gaps = missing_packages(specs)
+    if gaps:
+        names = ",".join(gaps)
+        what = "; ".join(f"{n} needs {', '.join(p)}" for n, p in gaps.items())
+        raise UserError(f"workload packages not installed: {what}", f"run `kpgo workloads install {names}` (root or sudo)")
+    if stale_tools(specs):
+        build_tools(specs)
