@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what kpgo needs on Debian 12, idempotently: a second call costs seconds.
-#   apt: QEMU, the kernel source, kernel build dependencies, redis (server + benchmark)
+#   apt: QEMU, the kernel source, kernel build dependencies
 #   pip: kpgo itself (editable) with its test tools and virtme-ng, in ./.venv
+#   then every workload's packages (servers, load generators) via `kpgo workloads install`;
+#   KPGO_WORKLOADS=redis,nginx limits that to some (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -9,7 +11,6 @@ start=$(date +%s)
 APT_PACKAGES=(
   qemu-system-x86 linux-source-6.12
   gcc make bc bison flex libelf-dev libssl-dev cpio binutils xz-utils
-  redis-server redis-tools
   python3 python3-venv
 )
 
@@ -41,4 +42,5 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.kpgo-stamp 2>/dev/null)" != "$st
   .venv/bin/pip install -q -e '.[test]' virtme-ng
   echo "$stamp_want" > .venv/.kpgo-stamp
 fi
+.venv/bin/kpgo workloads install "${KPGO_WORKLOADS:-all}"
 echo "setup: ready in $(( $(date +%s) - start )) s (run .venv/bin/kpgo, or make run / make test)"

@@ -138,3 +138,30 @@ def test_failed_generator_output_is_no_metric() -> None:
     step = workloads.load("redis")["load"][0]
     parts, _ = a.parse_step("Could not connect to Redis at 127.0.0.1:6379: Connection refused\n", step)
     assert parts == {}
+
+
+def test_missing_package_is_named() -> None:
+    from kpgo.workloads import install
+
+    wl = workloads.load("redis")
+    assert install.missing_packages([wl]) == {}  # setup installed them
+    wl["packages"] = ["redis-server", "kpgo-no-such-package"]
+    with pytest.raises(UserError) as e:
+        install.require([wl])
+    assert "redis needs kpgo-no-such-package" in str(e.value) and "kpgo workloads install redis" in str(e.value)
+
+
+def test_leveldb_bench_is_built_and_runs(tmp_path: Path) -> None:
+    """kpgo's own LevelDB benchmark, built against the real library, writes what the metric regex reads."""
+    import subprocess
+
+    from kpgo.workloads import install
+
+    wl = workloads.load("leveldb")
+    install.build_tools([wl])
+    exe = install.tools_dir() / "leveldb-bench"
+    out = subprocess.run([str(exe), f"--db={tmp_path / 'db'}", "--num=2000"], capture_output=True, text=True, check=True).stdout
+    parts, secondary = agent().parse_step(out, wl["load"][0])
+    assert set(parts) == {"fillseq", "fillrandom", "readrandom", "readseq"} and all(v > 0 for v in parts.values())
+    bad = subprocess.run([str(exe), f"--db={tmp_path / 'db'}", "--benchmarks=nosuch"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown benchmark" in bad.stderr

@@ -41,8 +41,8 @@ def host_facts(accel: str) -> dict:
 
 
 def bench(kernels: list[Kernel], workload: dict, out: Path, *, boots: int, runs: int, guest: vm.Guest) -> dict:
-    if len(kernels) < 2:
-        raise UserError("bench needs at least two kernels", "pass two or more --kernel LABEL=BUILD_DIR")
+    if not kernels:
+        raise UserError("bench needs a kernel", "pass --kernel LABEL=BUILD_DIR (two or more to compare them)")
     if len({k.label for k in kernels}) != len(kernels):
         raise UserError("kernel labels must be distinct", "name them with LABEL=BUILD_DIR")
     if boots < 1 or runs < 1:

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "boot, and print per kernel mean, sd, and the ratio to the first kernel with a bootstrap 95%% CI over boots. "
         "Each workload's results go to OUT/NAME/results.json.",
     )
-    p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR", help="a kernel build; the first is the baseline (repeat ≥ 2 times)")
+    p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR", help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
     p.add_argument("--boots", type=int, default=3, help="boots per kernel (default 3)")
     p.add_argument("--runs", type=int, default=1, help="measured runs per boot after the warm-up (default 1)")
     p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench), one subdirectory per workload; finished boots in it are reused")
