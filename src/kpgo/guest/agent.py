@@ -1,8 +1,9 @@
 """kpgo's agent inside the guest (stdlib only; runs under the guest kernel over the host's root).
 
-It reads one JSON job from the shared run directory, starts the workload's server on loopback
-with its data on tmpfs, warms it up, (collect mode) resets the kernel's gcov counters, runs the
-measured load, (collect mode) snapshots every .gcda into one tar, and writes result.json.
+It reads one JSON job from the shared run directory and runs the workload on a fresh tmpfs:
+files, setup steps, the server (until its TCP port accepts), prepare and warm-up steps, then
+(collect mode) resets the kernel's gcov counters, runs the measured load steps and parses their
+output, (collect mode) snapshots every .gcda into one tar, and writes result.json.
 One process reads all the .gcda files: under TCG each process spawn costs ~0.3 s and each file
 written over 9p costs more, so a per-file loop would take minutes.
 
