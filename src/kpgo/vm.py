@@ -84,8 +84,17 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     ]
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
-    res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
     result_file = rundir / "result.json"
+    for attempt in (1, 2):
+        res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
+        # Under TCG with 2 vCPUs the kernel's int3-based live text patching (static keys flipped
+        # during boot) now and then races the other vCPU: "Oops: int3" and a panic before the
+        # agent starts. That is an emulator flake, not the workload: boot once more, and say so.
+        early_panic = "Kernel panic" in res.output and "kpgo-agent: started" not in res.output
+        if res.timed_out or result_file.exists() or not early_panic or attempt == 2:
+            break
+        say(f"the guest kernel panicked while booting (console log: {log}); booting once more")
+        log.rename(log.with_name(log.name + ".panic"))
     if res.timed_out:
         raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed", f"console log: {log}")
     if not result_file.exists():

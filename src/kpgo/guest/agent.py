@@ -253,6 +253,7 @@ def start_server(spec, params):
 
 
 def main(job_path):
+    print("kpgo-agent: started", flush=True)  # the host tells boot failures from workload failures by this line
     job = json.load(open(job_path))
     outdir = os.path.dirname(os.path.abspath(job_path))
     result = {"ok": False, "mode": job["mode"], "kernel": os.uname().release, "timings": {}, "runs": []}
