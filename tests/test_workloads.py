@@ -55,6 +55,8 @@ def test_overrides_plain_scoped_and_typed() -> None:
         workloads.load_many("redis", ["nosuch=1"])
     with pytest.raises(UserError, match="not a parameter"):
         workloads.load_many("redis,nginx", ["nginx.clients=3"])  # redis has clients, nginx does not
+    with pytest.raises(UserError, match="workload nginx is not chosen"):
+        workloads.load_many("redis", ["nginx.port=1"])
     with pytest.raises(UserError, match="type int"):
         workloads.load("redis", ["clients=many"])
     with pytest.raises(UserError, match="unknown workload"):

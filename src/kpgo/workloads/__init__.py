@@ -142,11 +142,14 @@ def load_many(text: str, overrides: list[str] | None = None) -> list[dict[str, A
         scope, dot, pkey = key.rpartition(".")
         if not sep or not key:
             raise UserError(f"--set {item}: expected KEY=VALUE or WORKLOAD.KEY=VALUE", "for example --set redis.clients=8")
+        if dot and scope not in {s["name"] for s in specs}:
+            chosen = ", ".join(s["name"] for s in specs)
+            raise UserError(f"--set {item}: workload {scope} is not chosen (--workload {chosen})", f"add {scope} to --workload or drop this --set")
         targets = [s for s in specs if (not dot or s["name"] == scope) and pkey in s["params"]]
         if not targets:
             where = scope if dot else "/".join(s["name"] for s in specs)
             known = sorted({k for s in specs if not dot or s["name"] == scope for k in s["params"]})
-            raise UserError(f"--set {item}: {pkey} is not a parameter of {where}", f"parameters: {', '.join(known) or 'none (is the workload chosen?)'}")
+            raise UserError(f"--set {item}: {pkey} is not a parameter of {where}", f"parameters: {', '.join(known)}")
         for s in targets:
             s["params"][pkey] = _coerce(s["name"], pkey, s["params"][pkey], value, item)
     return specs
