@@ -167,3 +167,16 @@ def test_leveldb_bench_is_built_and_runs(tmp_path: Path) -> None:
     assert set(parts) == {"fillseq", "fillrandom", "readrandom", "readseq"} and all(v > 0 for v in parts.values())
     bad = subprocess.run([str(exe), f"--db={tmp_path / 'db'}", "--benchmarks=nosuch"], capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown benchmark" in bad.stderr
+
+
+def test_cli_list_and_install_are_idempotent() -> None:
+    from conftest import kpgo
+
+    res = kpgo("workloads", "list")
+    assert res.returncode == 0
+    for name in ALL:
+        assert f"{name}  —  " in res.stdout
+    assert res.stdout.count("[ready]") == len(ALL)  # setup installed every workload's packages
+    assert "port=6379" in res.stdout and "real hardware:" in res.stdout
+    again = kpgo("workloads", "install", "redis,leveldb")
+    assert again.returncode == 0 and "all Debian packages present" in again.stderr and "building" not in again.stderr

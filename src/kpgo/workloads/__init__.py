@@ -6,7 +6,6 @@ use {param}; the guest adds {rundir}, {tools} (kpgo's built helper programs) and
 
 from __future__ import annotations
 
-import copy
 import re
 import tomllib
 from importlib import resources
@@ -107,7 +106,7 @@ def check_kernel(specs: list[dict[str, Any]], build_dir: Path) -> None:
         if lacking:
             opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
             raise UserError(f"workload {s['name']} needs {opts}, which the kernel in {build_dir} lacks",
-                            "add it with --fragment FILE (the tiny and server configs have it)")
+                            f"build it with --fragment FILE holding {opts} (one per line)")
 
 
 def _coerce(name: str, key: str, old: Any, value: str, item: str) -> Any:
@@ -136,7 +135,7 @@ def parse_names(text: str) -> list[str]:
 def load_many(text: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
     """Workloads named by 'a,b' or 'all', each with the overrides that apply to it. A plain
     KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one."""
-    specs = [copy.deepcopy(_raw(n)) for n in parse_names(text)]
+    specs = [_raw(n) for n in parse_names(text)]  # parsed afresh: overrides never leak between calls
     for item in overrides or []:
         key, sep, value = item.partition("=")
         scope, dot, pkey = key.rpartition(".")
