@@ -28,7 +28,7 @@ import numpy as np
 
 from kpgo.analysis.similarity import DEFAULT_L0_THRESHOLD, cosine_matrix, taken_norms
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, parse_gcda
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, _ranges, parse_gcda
 from kpgo.gcov.gcno import ARC_FAKE, ARC_FALLTHROUGH, ARC_ON_TREE
 from kpgo.gcov.profile import gcda_list
 from kpgo.gcov.validate import function_signature
@@ -320,12 +320,6 @@ def _preorder(n_nodes: int, node_base: np.ndarray, tree_fn: np.ndarray, src_node
         lens = np.diff(np.r_[starts, len(kids)])
         tin[kids] = tin[par] + 1 + excl - np.repeat(excl[starts], lens)
     return tin, size, parent_arc
-
-
-def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    from kpgo.gcov.gcda import _ranges as r
-
-    return r(starts, sizes)
 
 
 def counter_vector(model: Model, src: Path) -> np.ndarray:

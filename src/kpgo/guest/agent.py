@@ -144,7 +144,7 @@ def measured_run(wl, params, i, outdir, server):
     for step in wl["load"]:
         for name, p in expand(step, params):
             t = time.monotonic()
-            out = run(fill_all(step["argv"], p), float(step.get("timeout", 600)), f"load step {name}", cwd=params["rundir"])
+            out = run_step(step, name, p, "load")
             seconds[name] = round(time.monotonic() - t, 2)
             with open(os.path.join(outdir, f"load-{i}-{name}.txt"), "w") as f:
                 f.write(out)
@@ -229,10 +229,15 @@ def snapshot(prefix, tar_path, timings):
     return len(paths), sum(len(b) for b in data)
 
 
+def run_step(step, name, params, what):
+    """One (expanded) step in the run dir; its combined output."""
+    return run(fill_all(step["argv"], params), float(step.get("timeout", 600)), f"{what} step {name}", cwd=params["rundir"])
+
+
 def run_steps(steps, params, what):
     for step in steps:
         for name, p in expand(step, params):
-            run(fill_all(step["argv"], p), float(step.get("timeout", 600)), f"{what} step {name}", cwd=params["rundir"])
+            run_step(step, name, p, what)
 
 
 def write_files(files, params):

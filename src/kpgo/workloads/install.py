@@ -47,18 +47,8 @@ def _tool_stamp(build: dict[str, Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def stale_tools(specs: list[dict[str, Any]]) -> list[str]:
-    """Helper programs not built yet, or built from an older source."""
-    out = []
-    for s in specs:
-        for b in s.get("build", []):
-            stamp = tools_dir() / f"{b['output']}.stamp"
-            if not (tools_dir() / b["output"]).exists() or not stamp.exists() or stamp.read_text() != _tool_stamp(b):
-                out.append(b["output"])
-    return out
-
-
 def build_tools(specs: list[dict[str, Any]]) -> None:
+    """Build kpgo's helper programs that are missing or older than their source (others are left as they are)."""
     tools_dir().mkdir(parents=True, exist_ok=True)
     for s in specs:
         for b in s.get("build", []):
@@ -88,10 +78,11 @@ def install(specs: list[dict[str, Any]]) -> None:
         say(f"workloads: installing Debian packages: {' '.join(pkgs)}")
         log = cache_dir() / "apt.log"
         env = {"DEBIAN_FRONTEND": "noninteractive"}
-        if proc.run([*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], log=log, env=env, check=False).returncode != 0:
+        apt_install = [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs]
+        if proc.run(apt_install, log=log, env=env, check=False).returncode != 0:
             # The package lists may be stale on a fresh machine: refresh once and retry.
             proc.run([*sudo, "apt-get", "update", "-q"], log=log, env=env, what="apt-get update", timeout=600)
-            proc.run([*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], log=log, env=env, what=f"apt-get install {' '.join(pkgs)}", timeout=1800)
+            proc.run(apt_install, log=log, env=env, what=f"apt-get install {' '.join(pkgs)}", timeout=1800)
     else:
         say("workloads: all Debian packages present")
     build_tools(specs)
@@ -104,5 +95,4 @@ def require(specs: list[dict[str, Any]]) -> None:
         names = ",".join(gaps)
         what = "; ".join(f"{n} needs {', '.join(p)}" for n, p in gaps.items())
         raise UserError(f"workload packages not installed: {what}", f"run `kpgo workloads install {names}` (root or sudo)")
-    if stale_tools(specs):
-        build_tools(specs)
+    build_tools(specs)
