@@ -54,11 +54,17 @@ def test_dir() -> Path:
     return d
 
 
+# The session's run: two workloads (redis, and stress-ng micro kept short), each its own optimized
+# kernel, the cross-application study (each optimized kernel on both workloads) and simulated counters.
+TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--sim", "--boots", "2",
+                 "--set", "micro.seconds=1", "--set", "micro.procs=1,4")
+
+
 @pytest.fixture(scope="session")
 def tiny_run(test_dir: Path) -> Path:
     """The whole loop on the tiny config, for real."""
     run_dir = test_dir / "run-tiny"
-    res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", run_dir)
+    res = kpgo(*TINY_RUN_ARGS, "--dir", run_dir)
     assert res.returncode == 0, f"kpgo run failed:\n{res.stderr[-4000:]}"
     return run_dir
 

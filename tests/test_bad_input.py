@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, kpgo
+from conftest import TINY_RUN_ARGS, assert_one_line_error, kpgo
 
 
 def tree_digest(root: Path) -> str:
@@ -99,6 +99,6 @@ def test_failing_build_shows_compiler_error(tiny_run: Path, tmp_path: Path) -> N
 def test_optimized_build_leaves_profile_untouched(tiny_run: Path) -> None:
     prof = tiny_run / "profiles" / "redis"
     before = tree_digest(prof)
-    res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", tiny_run)  # cached: re-checks everything
+    res = kpgo(*TINY_RUN_ARGS, "--dir", tiny_run)  # cached: re-checks everything
     assert res.returncode == 0
     assert tree_digest(prof) == before

@@ -1,6 +1,7 @@
-"""End to end on a real tiny kernel: no mocks. Builds (instrumented, optimized, vanilla), boots
-under virtme-ng, runs redis-server under redis-benchmark, collects and repairs the profile,
-proves GCC used it, benchmarks. Takes ~15 min on 2 cores."""
+"""End to end on a real tiny kernel: no mocks. Builds (instrumented, one optimized kernel per
+workload, vanilla), boots under virtme-ng, runs redis-server under redis-benchmark and stress-ng,
+collects and repairs the profiles, proves GCC used them, benchmarks every kernel on both workloads
+(cross-application study) in one randomized design with simulated counters. ~25 min on 2 cores."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kpgo
+from conftest import TINY_RUN_ARGS, kpgo
 
 pytestmark = pytest.mark.vm
 
@@ -50,22 +51,46 @@ def test_optimized_build_used_the_profile(tiny_summary: dict, tiny_run: Path) ->
     assert sizes["text_unlikely"] > 0 and sizes["text_hot"] >= 0 and sizes["vmlinux_text"] > 0
 
 
-def test_bench_compared_both_kernels(tiny_summary: dict, tiny_run: Path) -> None:
-    rows = {r["kernel"]: r for r in tiny_summary["workloads"]["redis"]["bench"]["summary"]}
-    assert set(rows) == {"vanilla", "optimized"}
-    assert all(r["n"] == 2 and r["mean"] > 0 for r in rows.values())
-    assert rows["vanilla"]["ratio"] == 1.0
-    assert rows["optimized"]["ci_low"] <= rows["optimized"]["ratio"] <= rows["optimized"]["ci_high"]
+def test_bench_matrix_with_cross_study_and_sim(tiny_summary: dict, tiny_run: Path) -> None:
+    res = json.loads((tiny_run / "bench" / "results.json").read_text())
+    assert res["schema"] == 2 and res["baseline"] == "vanilla"
+    labels = {"vanilla", "optimized-redis", "optimized-micro"}
+    d = res["design"]
+    assert d["order_name"] == "random" and d["boots_per_kernel"] == 2 and d["warmup_per_boot"]
+    # randomized blocks: every round boots each of the 3 kernels × 2 workloads once
+    for r in (0, 1):
+        assert sorted((s["kernel"], s["workload"]) for s in d["sequence"] if s["round"] == r) == sorted((k, w) for k in labels for w in ("redis", "micro"))
+    assert len(res["samples"]) == 12
+    for n in ("redis", "micro"):
+        w = res["workloads"][n]
+        rows = {r["kernel"]: r for r in w["summary"]}
+        assert set(rows) == labels  # the cross study: each optimized kernel on both workloads
+        assert all(r["n"] == 2 and r["mean"] > 0 for r in rows.values())
+        assert rows["vanilla"]["ratio"] == 1.0
+        for r in rows.values():
+            assert r["ci_low"] <= r["ratio"] <= r["ci_high"] and r["ci_includes_1"] == (r["ci_low"] <= 1 <= r["ci_high"])
+        # simulated counters: per operation, kernel and user, a share in (0, 1)
+        for label in labels:
+            m = w["sim"][label]
+            assert m["kernel_insns_per_op"]["mean"] > 100 and m["kernel_l1i_misses_per_op"]["mean"] > 0
+            assert 0 < m["kernel_insn_share"]["mean"] < 1
+    # redis-server and redis-benchmark spend most of their instructions in the network stack
+    assert res["workloads"]["redis"]["sim"]["vanilla"]["kernel_insn_share"]["mean"] > 0.5
+    assert set(res["geomean"]) == {"optimized-redis", "optimized-micro"}
+    for s in res["samples"]:
+        assert len(s["sim"]) == 1 and s["ops"][0] > 0 and (tiny_run / "bench" / "boots" / f"{s['round']:02d}-{s['workload']}-{s['kernel']}" / "console.log").is_file()
+    h = res["host"]
+    assert h["accelerator"] in ("tcg", "kvm") and h["qemu"].startswith("QEMU") and h["gcc"] and h["cpu"]
     md = (tiny_run / "summary.md").read_text()
-    assert "Proof that GCC used the profile" in md and "95% CI" in md
-    if tiny_summary["host"]["accelerator"] == "tcg":
+    assert "Proof that GCC used the profile" in md and "95% CI" in md and "Studies: cross" in md and "simulated, per operation" in md
+    if h["accelerator"] == "tcg":
         assert "TCG" in md
 
 
 def test_second_run_reuses_every_step(tiny_run: Path) -> None:
-    res = kpgo("run", "--base", "tiny", "--boots", "2", "--dir", tiny_run)
+    res = kpgo(*TINY_RUN_ARGS, "--dir", tiny_run)
     assert res.returncode == 0
     for step in ("build instrumented: up to date", "collect redis: up to date", "profile fix redis: up to date",
-                 "build optimized: up to date", "build vanilla: up to date"):
+                 "collect micro: up to date", "build optimized: up to date", "build vanilla: up to date", "12 of 12 boots kept"):
         assert step in res.stderr
     assert "bench: boot" not in res.stderr  # every boot's sample was kept

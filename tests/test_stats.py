@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from kpgo import stats
 
@@ -30,3 +31,68 @@ def test_ratio_ci_includes_one_for_noise() -> None:
 def test_ratio_ci_needs_two_samples() -> None:
     r, lo, hi = stats.ratio_ci([100.0], [110.0])
     assert math.isclose(r, 1.1) and math.isnan(lo) and math.isnan(hi)
+
+
+def test_geomean_ci_of_two_workloads() -> None:
+    # Speedups 1.1 and 1.0 → geometric mean sqrt(1.1); tight data give a CI around it that excludes 1.
+    a = ([100.0, 100.5, 99.5, 100.2], [110.0, 110.4, 109.6, 110.1])
+    b = ([50.0, 50.2, 49.8, 50.1], [50.0, 50.1, 49.9, 50.2])
+    g, lo, hi = stats.geomean_ci([a, b])
+    assert math.isclose(g, math.sqrt((110.025 / 100.05) * (50.05 / 50.025)), rel_tol=1e-9)
+    assert 1.0 < lo < g < hi < 1.07
+    assert not stats.includes_one(lo, hi)
+
+
+def test_geomean_ci_needs_two_boots_everywhere() -> None:
+    g, lo, hi = stats.geomean_ci([([1.0, 1.0], [2.0, 2.0]), ([1.0], [1.0])])
+    assert math.isclose(g, math.sqrt(2)) and math.isnan(lo) and stats.includes_one(lo, hi)
+
+
+def test_plan_randomized_blocks_and_abba() -> None:
+    from kpgo import bench
+
+    cells = [("v", "w1"), ("o", "w1"), ("v", "w2"), ("o", "w2")]
+    seq = bench.plan(cells, 3, "random", seed=7)
+    assert seq == bench.plan(cells, 3, "random", seed=7)  # the recorded seed reproduces the order
+    for r in range(3):  # each round holds every cell exactly once
+        assert sorted((s["kernel"], s["workload"]) for s in seq if s["round"] == r) == sorted(cells)
+    orders = {tuple((s["kernel"], s["workload"]) for s in seq if s["round"] == r) for r in range(3)}
+    assert len(orders) > 1  # rounds are shuffled independently (true for seed 7)
+    abba = bench.plan(cells[:2], 4, "abba", seed=0)
+    assert [s["kernel"] for s in abba] == ["v", "o", "o", "v", "v", "o", "o", "v"]
+
+
+def test_summarize_speedup_orientation_and_sim() -> None:
+    from kpgo import bench
+
+    ks = [bench.Kernel("vanilla", Path("/v")), bench.Kernel("opt", Path("/o"))]
+    wls = [{"name": "tput", "params": {}, "unit": "req/s", "higher_is_better": True},
+           {"name": "lat", "params": {}, "unit": "ms", "higher_is_better": False}]
+    sim = {m: 1.0 for m in bench.SIM_METRICS}
+    samples = []
+    for r, (vt, ot, vl, ol) in enumerate([(100, 120, 10, 8), (102, 118, 10.2, 8.1), (98, 121, 9.9, 7.9)]):
+        for k, w, v, ins in (("vanilla", "tput", vt, 1000), ("opt", "tput", ot, 900), ("vanilla", "lat", vl, 1000), ("opt", "lat", ol, 900)):
+            samples.append({"round": r, "kernel": k, "workload": w, "mean": float(v), "values": [float(v)], "kernel_share": [0.5],
+                            "sim_per_op": sim | {"kernel_insns_per_op": ins + r}})
+    cells = [(k.label, w["name"]) for w in wls for k in ks]
+    res = bench.summarize(ks, wls, cells, samples, "vanilla")
+    opt_t = next(s for s in res["workloads"]["tput"]["summary"] if s["kernel"] == "opt")
+    opt_l = next(s for s in res["workloads"]["lat"]["summary"] if s["kernel"] == "opt")
+    assert math.isclose(opt_t["speedup"], (120 + 118 + 121) / (100 + 102 + 98))
+    assert math.isclose(opt_l["speedup"], (10 + 10.2 + 9.9) / (8 + 8.1 + 7.9))  # lower is better: base/opt
+    assert opt_t["ci_low"] > 1 and not opt_t["ci_includes_1"]
+    g = res["geomean"]["opt"]
+    assert math.isclose(g["speedup"], math.sqrt(opt_t["speedup"] * opt_l["speedup"]))
+    ki = res["workloads"]["tput"]["sim"]["opt"]["kernel_insns_per_op"]
+    assert math.isclose(ki["ratio"], 901 / 1001) and ki["ci_high"] < 1
+    text = bench.format_table({**res, "design": {"boots_per_kernel": 3, "runs_per_boot": 1, "order": "x", "seed": 1}, "note": "n"})
+    assert "opt" in text and "geometric mean" in text
+
+
+def test_sim_per_op_divides_each_window_by_its_runs_ops() -> None:
+    from kpgo import bench
+
+    w = {"kernel": {"insns": 800, "l1i_misses": 80, "itlb_misses": 8}, "user": {"insns": 200, "l1i_misses": 20, "itlb_misses": 0}}
+    d = bench.sim_per_op([w, w], [{"ops": 100}, {"ops": 50}])
+    assert math.isclose(d["kernel_insns_per_op"], (8 + 16) / 2) and math.isclose(d["kernel_insn_share"], 0.8)
+    assert d["kernel_itlb_share"] == 1.0

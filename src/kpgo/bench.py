@@ -1,31 +1,61 @@
-"""Benchmark kernels against each other: interleaved boots (A B A B ...), a warm-up per boot,
-the same workload on each; per kernel mean, sd and the ratio to the first kernel with a
-bootstrap 95% CI over boots. Each boot's result is kept, so an interrupted bench resumes."""
+"""Benchmark N kernels × M workloads in one interleaved design.
+
+A cell is (kernel, workload); one boot measures one cell (warm-up discarded, then RUNS measured
+runs). Every round boots each cell once, in a fresh random order per round (randomized blocks,
+seeded and recorded) or alternating A B / B A; drift over time then spreads over all kernels
+instead of biasing one. Per cell: mean, sd, cv over boots; per workload the ratio of each kernel
+to the baseline with a bootstrap 95% CI over whole boots; per kernel the geometric mean of its
+speedups across workloads with its CI. With simulated counters (`sim`), each boot also carries
+per-operation kernel/user instruction, L1i-miss and iTLB-miss figures from the QEMU plugin.
+
+Each boot's sample is kept (OUT/boots/ROUND-WORKLOAD-KERNEL/sample.json) with the key of its cell
+(kernel build, workload spec, runs, simulator settings): an interrupted bench resumes, and adding
+kernels or workloads to a finished bench boots only the new cells. OUT/results.json holds the
+design, host facts, every raw sample and the summaries, so a report can be regenerated from it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import platform
-import shutil
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from kpgo import atomic, host, proc, stats, vm, workloads
-from kpgo.errors import UserError
+from kpgo.errors import InfraError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
 TCG_NOTE = (
-    "Measured under QEMU TCG (software emulation): wall-clock timings there do not show what code layout "
-    "does on a real CPU; treat ratios as indicative only."
+    "Guests ran under QEMU TCG (software emulation): wall-clock timings there do not show what code layout "
+    "does on a real CPU; treat throughput ratios as indicative only."
 )
+SIM_NOTE = (
+    "Simulated counters: guest instructions and simulated L1i/iTLB misses counted by kpgo's QEMU plugin in the "
+    "measured window, per operation (docs/SIM.md); deterministic up to interrupts and scheduling, unlike TCG timings."
+)
+SIM_SIDES = ("kernel", "user")
+SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses")
+SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS) + ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
+ORDERS = ("random", "abba")
 
 
 @dataclass(frozen=True)
 class Kernel:
     label: str
     build_dir: Path
+
+
+@dataclass(frozen=True)
+class Design:
+    boots: int = 3
+    runs: int = 1
+    order: str = "random"
+    seed: int | None = None  # None: reuse the seed of an earlier bench in the same directory, or draw one
 
 
 def parse_kernel_arg(text: str) -> Kernel:
@@ -40,81 +70,213 @@ def host_facts(accel: str) -> dict:
     return {"cpu": host.cpu_model(), "accelerator": accel, "qemu": qemu, "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
 
 
-def bench(kernels: list[Kernel], workload: dict, out: Path, *, boots: int, runs: int, guest: vm.Guest) -> dict:
-    if not kernels:
-        raise UserError("bench needs a kernel", "pass --kernel LABEL=BUILD_DIR (two or more to compare them)")
+def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> list[dict[str, Any]]:
+    """The boot sequence: `boots` rounds, each holding every cell once."""
+    rng = random.Random(seed)
+    seq = []
+    for i in range(boots):
+        row = list(cells)
+        if order == "random":
+            rng.shuffle(row)
+        elif i % 2:
+            row.reverse()
+        seq += [{"round": i, "kernel": k, "workload": w} for k, w in row]
+    return seq
+
+
+def sim_per_op(windows: list[dict], runs: list[dict]) -> dict[str, float]:
+    """Per-operation counter figures of one boot: each measured run's window divided by that run's
+    operation count, averaged over the runs."""
+    if len(windows) != len(runs):
+        raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(runs)} measured run(s)", "see the boot's console log and sim.json")
+    per: list[dict[str, float]] = []
+    for w, r in zip(windows, runs):
+        ops = float(r.get("ops") or 0)
+        if ops <= 0:
+            raise InfraError("a measured run has no operation count, so counters cannot be given per operation", "see the boot's result.json")
+        d = {f"{s}_{c}_per_op": w[s][c] / ops for s in SIM_SIDES for c in SIM_COUNTS}
+        for short, c in (("insn", "insns"), ("l1i", "l1i_misses"), ("itlb", "itlb_misses")):
+            total = w["kernel"][c] + w["user"][c]
+            d[f"kernel_{short}_share"] = w["kernel"][c] / total if total else math.nan
+        per.append(d)
+    return {m: sum(d[m] for d in per) / len(per) for m in SIM_METRICS}
+
+
+def _cell_key(manifest: dict, workload: dict, runs: int, sim: Any) -> str:
+    text = json.dumps({"kernel": manifest["key"], "workload": workload, "runs": runs, "sim": asdict(sim) if sim else None}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _seed(out: Path, design: Design) -> int:
+    if design.seed is not None:
+        return design.seed
+    try:
+        return int(json.loads((out / "results.json").read_text())["design"]["seed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return random.SystemRandom().randrange(1 << 31)
+
+
+def bench(
+    kernels: list[Kernel],
+    wls: list[dict],
+    out: Path,
+    *,
+    design: Design,
+    guest: vm.Guest,
+    cells: list[tuple[str, str]] | None = None,
+    sim: Any = None,
+) -> dict:
+    """Measure `cells` (default: every kernel on every workload); kernels[0] is the baseline and must be
+    measured on every workload. `sim` is a kpgo.sim.SimConfig to count simulated CPU events."""
+    if not kernels or not wls:
+        raise UserError("bench needs a kernel and a workload", "pass --kernel LABEL=BUILD_DIR (two or more to compare them)")
     if len({k.label for k in kernels}) != len(kernels):
         raise UserError("kernel labels must be distinct", "name them with LABEL=BUILD_DIR")
-    if boots < 1 or runs < 1:
+    if design.boots < 1 or design.runs < 1:
         raise UserError("--boots and --runs must be at least 1", "fix the option")
-    images: dict[str, tuple[Path, dict]] = {}
+    if design.order not in ORDERS:
+        raise UserError(f"unknown order {design.order!r}", f"use one of {', '.join(ORDERS)}")
+    base = kernels[0].label
+    names = [w["name"] for w in wls]
+    cells = cells or [(k.label, n) for n in names for k in kernels]
+    missing = [n for n in names if (base, n) not in cells]
+    if missing:
+        raise UserError(f"the baseline kernel {base} is not measured on {', '.join(missing)}", "every workload needs the baseline")
+    manifests: dict[str, dict] = {}
     for k in kernels:
         m = kbuild.load_manifest(k.build_dir)
         if m is None or not m.get("ok"):
             raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
-        images[k.label] = (Path(m["bzImage"]), m)
-        workloads.check_kernel([workload], k.build_dir)
-    accel = vm.accelerator(images[kernels[0].label][0])
+        manifests[k.label] = m
+        workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
+    spec = {w["name"]: w for w in wls}
+    accel = vm.accelerator(Path(manifests[base]["bzImage"]))
     out.mkdir(parents=True, exist_ok=True)
-    # Boots kept from an earlier bench are reused only if kernels, workload and design are the same.
-    key = json.dumps({"kernels": [(k.label, images[k.label][1]["key"]) for k in kernels], "workload": workload, "runs": runs}, sort_keys=True)
-    keyfile = out / "bench-key.json"
-    if keyfile.exists() and keyfile.read_text() != key:
-        shutil.rmtree(out / "boots", ignore_errors=True)
-    atomic.write_text(keyfile, key)
-    design = [(i, k.label) for i in range(boots) for k in (kernels if i % 2 == 0 else kernels[::-1])]
-    # A B, B A, A B ...: each kernel is as often first as second, so drift over time cancels.
-    samples: dict[str, list[float]] = {k.label: [] for k in kernels}
-    raw: list[dict] = []
+    seed = _seed(out, design)
+    seq = plan(cells, design.boots, design.order, seed)
+    todo = []
+    samples: list[dict] = []
+    for step in seq:
+        bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
+        key = _cell_key(manifests[step["kernel"]], spec[step["workload"]], design.runs, sim)
+        try:
+            rec = json.loads((bootdir / "sample.json").read_text())
+            if rec.get("cell_key") == key:
+                samples.append(rec)
+                continue
+        except (OSError, ValueError):
+            pass
+        todo.append((step, bootdir, key))
+    if samples:
+        say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
     t0 = time.monotonic()
-    for n, (i, label) in enumerate(design, 1):
-        bootdir = out / "boots" / f"{i:02d}-{label}"
-        done = bootdir / "sample.json"
-        if done.exists():
-            rec = json.loads(done.read_text())
-        else:
-            say(f"bench: boot {n}/{len(design)}: {label} ({workload['name']}, {runs} run(s) after warm-up) {fmt_secs(time.monotonic() - t0)}")
-            job = {"mode": "bench", "workload": workload, "runs": runs}
-            result = vm.run_agent(images[label][0], bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel)
-            values = [r["value"] for r in result["runs"]]
-            rec = {
-                "boot": i, "kernel": label, "values": values, "mean": sum(values) / len(values),
-                "parts": [r["parts"] for r in result["runs"]], "secondary": [r["secondary"] for r in result["runs"]],
-                "kernel_share": [r["kernel_share"] for r in result["runs"]], "timings": result["timings"],
-            }
-            atomic.write_json(done, rec)
-        samples[label].append(rec["mean"])
-        raw.append(rec)
-    base = kernels[0].label
-    summary = []
-    for k in kernels:
-        d = stats.describe(samples[k.label])
-        r, lo, hi = stats.ratio_ci(samples[base], samples[k.label])
-        summary.append({"kernel": k.label, **d, "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": not (lo > 1 or hi < 1)})
-    results = {
-        "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"], "higher_is_better": workload["higher_is_better"]},
-        "design": {"order": "alternating A B / B A per round", "boots_per_kernel": boots, "runs_per_boot": runs, "warmup_per_boot": True, "unit_of_replication": "boot"},
-        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": images[k.label][1]["variant"], "kernel_release": images[k.label][1]["kernel_release"]} for k in kernels},
+    for n, (step, bootdir, key) in enumerate(todo, 1):
+        k, w = step["kernel"], step["workload"]
+        elapsed = time.monotonic() - t0
+        eta = f", ~{fmt_secs(elapsed / (n - 1) * (len(todo) - n + 1))} left" if n > 1 else ""
+        say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
+        job = {"mode": "bench", "workload": spec[w], "runs": design.runs}
+        extra = {"sim": sim} if sim is not None else {}
+        result = vm.run_agent(Path(manifests[k]["bzImage"]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
+        runs = result["runs"]
+        values = [r["value"] for r in runs]
+        rec = {
+            **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
+            "parts": [r["parts"] for r in runs], "secondary": [r["secondary"] for r in runs],
+            "kernel_share": [r["kernel_share"] for r in runs], "ops": [r.get("ops") for r in runs],
+            "sim": result.get("sim"), "sim_per_op": sim_per_op(result["sim"], runs) if sim is not None else None,
+            "timings": result["timings"],
+        }
+        atomic.write_json(bootdir / "sample.json", rec)
+        samples.append(rec)
+    results = summarize(kernels, wls, cells, samples, base)
+    results |= {
+        "schema": 2,
+        "design": {
+            "order": "randomized blocks (a fresh random order of all cells per round)" if design.order == "random" else "alternating A B … / … B A per round",
+            "order_name": design.order, "seed": seed, "boots_per_kernel": design.boots, "runs_per_boot": design.runs,
+            "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq,
+        },
+        "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None},
+        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"], "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
         "host": host_facts(accel),
-        "samples": raw,
-        "summary": summary,
-        "baseline": base,
-        "note": TCG_NOTE if accel == "tcg" else "Measured under KVM.",
+        "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }
     atomic.write_json(out / "results.json", results)
     return results
 
 
+def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
+    """Per workload and kernel: describe, speedup vs the baseline with CI, simulated figures; per kernel the
+    geometric mean of speedups. Speedup = ratio of means oriented so that > 1 is better."""
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for s in sorted(samples, key=lambda s: s["round"]):
+        by_cell.setdefault((s["kernel"], s["workload"]), []).append(s)
+    out: dict[str, Any] = {"baseline": base, "workloads": {}, "samples": samples}
+    pairs: dict[str, list[tuple[list[float], list[float]]]] = {}
+    geo_names: dict[str, list[str]] = {}
+    for w in wls:
+        n = w["name"]
+        labels = [k.label for k in kernels if (k.label, n) in cells]
+        b = [s["mean"] for s in by_cell[(base, n)]]
+        rows, simrows = [], {}
+        for label in labels:
+            o = [s["mean"] for s in by_cell[(label, n)]]
+            pair = (b, o) if w["higher_is_better"] else (o, b)
+            r, lo, hi = stats.ratio_ci(*pair)
+            rows.append({"kernel": label, **stats.describe(o), "ratio": r, "speedup": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)})
+            if label != base:
+                pairs.setdefault(label, []).append(pair)
+                geo_names.setdefault(label, []).append(n)
+            if all(s.get("sim_per_op") for s in by_cell[(label, n)] + by_cell[(base, n)]):
+                simrows[label] = {}
+                for m in SIM_METRICS:
+                    sb = [s["sim_per_op"][m] for s in by_cell[(base, n)]]
+                    so = [s["sim_per_op"][m] for s in by_cell[(label, n)]]
+                    r, lo, hi = stats.ratio_ci(sb, so)
+                    simrows[label][m] = {**stats.describe(so), "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)}
+        out["workloads"][n] = {
+            "params": w["params"], "unit": w["unit"], "higher_is_better": w["higher_is_better"], "kernels": labels,
+            "summary": rows, "sim": simrows or None,
+        }
+    out["geomean"] = {}
+    for label, ps in pairs.items():
+        g, lo, hi = stats.geomean_ci(ps)
+        out["geomean"][label] = {"speedup": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": geo_names[label]}
+    return out
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "[n<2]"
+
+
+def _sim_cell(m: dict, is_base: bool) -> str:
+    """Mean per op, and for other kernels the ratio to the baseline (< 1: fewer events)."""
+    return f"{m['mean']:,.1f}" if is_base else f"{m['mean']:,.1f} ×{m['ratio']:.3f}{'*' if m['ci_includes_1'] else ' '}"
+
+
 def format_table(results: dict) -> str:
-    unit = results["workload"]["unit"]
+    d = results["design"]
+    base = results["baseline"]
     lines = [
-        f"{results['workload']['name']}: {results['design']['boots_per_kernel']} boots per kernel × {results['design']['runs_per_boot']} run(s), interleaved; baseline {results['baseline']}",
-        f"{'kernel':<14} {'mean ' + unit:>20} {'sd':>10} {'cv':>6}  {'ratio [95% CI]':>24}",
+        f"{d['boots_per_kernel']} boots per kernel and workload × {d['runs_per_boot']} run(s) after a warm-up; "
+        f"order: {d['order']} (seed {d['seed']}); baseline {base}; ratios are speedups (> 1 better), 95% CI by bootstrap over boots",
     ]
-    for s in results["summary"]:
-        ci = "" if s["kernel"] == results["baseline"] else (f"[{s['ci_low']:.3f}, {s['ci_high']:.3f}]" if s["ci_low"] == s["ci_low"] else "[n<2]")
-        star = "*" if s["kernel"] != results["baseline"] and s["ci_includes_1"] else " "
-        lines.append(f"{s['kernel']:<14} {s['mean']:>20.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {s['ratio']:>7.3f} {ci:>16}{star}")
-    lines.append("* the 95% CI includes 1.0: no difference shown at this sample size")
-    lines.append(results["note"])
+    for n, w in results["workloads"].items():
+        lines += ["", f"{n} ({w['unit']})", f"  {'kernel':<22} {'mean':>12} {'sd':>10} {'cv':>6}  {'speedup [95% CI]':>26}"]
+        for s in w["summary"]:
+            star = "*" if s["kernel"] != base and s["ci_includes_1"] else " "
+            ci = "" if s["kernel"] == base else _ci(s["ci_low"], s["ci_high"])
+            lines.append(f"  {s['kernel']:<22} {s['mean']:>12.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {s['ratio']:>7.3f} {ci:>18}{star}")
+        if w.get("sim"):
+            lines.append(f"  simulated, per operation: {'kernel':<22} {'kernel insns':>24} {'kernel L1i misses':>24} {'kernel iTLB misses':>24} {'kernel share of insns':>10}")
+            for label, m in w["sim"].items():
+                cols = [_sim_cell(m[k], label == base) for k in ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_itlb_misses_per_op")]
+                lines.append(f"  {'':<26}{label:<22} {cols[0]:>24} {cols[1]:>24} {cols[2]:>24} {m['kernel_insn_share']['mean']:>10.1%}")
+    if results["geomean"]:
+        lines += ["", "geometric mean of speedups across workloads"]
+        for label, g in results["geomean"].items():
+            star = "*" if g["ci_includes_1"] else " "
+            lines.append(f"  {label:<22} {g['speedup']:>7.3f} {_ci(g['ci_low'], g['ci_high']):>18}{star}  over {len(g['workloads'])} workload(s)")
+    lines += ["", "* the 95% CI includes 1.0: no difference shown at this sample size", results["note"]]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from kpgo import __version__
 from kpgo.errors import KpgoError
 
 # name -> module under kpgo.commands exposing register(subparsers)
-COMMANDS = ("build", "collect", "profile", "bench", "run", "workloads")
+COMMANDS = ("build", "collect", "profile", "bench", "run", "study", "workloads", "report")
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -1,12 +1,15 @@
 """`kpgo run`: the whole loop as cached steps under one run directory.
 
   RUN/builds/instrumented   RUN/profiles/<wl>.raw -> RUN/profiles/<wl>   RUN/builds/optimized-<wl> (+ proof)
-  RUN/builds/vanilla        RUN/bench/<wl>/                             RUN/summary.md, RUN/run.json
+  RUN/builds/vanilla        RUN/bench/ (one design, all kernels)          RUN/summary.md, RUN/run.json
 
-With several workloads, each gets its own profile, its own optimized kernel (app-specific PGO)
-and its own bench against the one vanilla kernel. Each step is skipped when its output exists
-with the same inputs, so running the same command again after an interruption redoes only what
-is missing."""
+With several workloads, each gets its own profile and its own optimized kernel (app-specific PGO);
+one bench measures vanilla on every workload and each optimized kernel on its own workload.
+Studies add to that: `universal` merges the workloads' profiles (raw sums and normalized, each
+profile scaled to the same total) into RUN/profiles/universal-{raw,norm}, builds those kernels
+and measures them on every workload; `cross` measures every optimized kernel on every workload.
+Each step is skipped when its output exists with the same inputs (bench boots included), so
+running the same command again, or with a study added, redoes only what is missing."""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kpgo import atomic, bench, collect, vm
+from kpgo.errors import UserError
 from kpgo.kernel import kbuild, kconfig, source
 from kpgo.progress import fmt_secs, say
 
@@ -29,10 +34,16 @@ class RunOptions:
     fragments: tuple[Path, ...]
     source: Path | None
     workloads: tuple[dict, ...]
-    boots: int
-    runs: int
+    design: bench.Design
     jobs: int
     guest: vm.Guest
+    sim: Any = None  # kpgo.sim.SimConfig
+    studies: tuple[str, ...] = ()
+    request: dict | None = None  # the command-line options, kept in run.json so `kpgo study` can extend the run
+
+
+STUDIES = ("universal", "cross")
+UNIVERSAL = {"universal-raw": False, "universal-norm": True}  # label -> normalize
 
 
 def run(opts: RunOptions) -> dict:
@@ -43,6 +54,11 @@ def run(opts: RunOptions) -> dict:
     rd = opts.run_dir.resolve()
     rd.mkdir(parents=True, exist_ok=True)
     names = [wl["name"] for wl in opts.workloads]
+    unknown = sorted(set(opts.studies) - set(STUDIES))
+    if unknown:
+        raise UserError(f"unknown study {', '.join(unknown)}", f"studies of a run: {', '.join(STUDIES)}")
+    if opts.studies and len(names) < 2:
+        raise UserError(f"the {' and '.join(opts.studies)} study needs two or more workloads", "pass --workload a,b[,...]")
     say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(names)}, in {rd}")
 
     def timed(name: str, fn):  # type: ignore[no-untyped-def]
@@ -58,31 +74,39 @@ def run(opts: RunOptions) -> dict:
     instr = timed("build instrumented", lambda: kbuild.build(req("instrumented", "instrumented")))
     profiles: dict[str, tuple[dict, dict]] = {}
     for wl in opts.workloads:
-        prof = timed(f"collect {wl['name']}", lambda: _collect(rd, instr, wl, opts.guest))
-        pstats = timed(f"profile fix {wl['name']}", lambda: _fix(rd, instr, wl, prof))
+        prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))
+        pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))
         profiles[wl["name"]] = (prof, pstats)
     opt = {n: timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}
+    if "universal" in opts.studies:
+        for label, normalize in UNIVERSAL.items():
+            timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))
+            opt[label] = timed(f"build {label}", lambda: kbuild.build(req("optimized", label, rd / "profiles" / label)))
     van = timed("build vanilla", lambda: kbuild.build(req("vanilla", "vanilla")))
-    results = {}
-    for wl in opts.workloads:
-        n = wl["name"]
-        kernels = [bench.Kernel("vanilla", rd / "builds" / "vanilla"), bench.Kernel("optimized", rd / "builds" / f"optimized-{n}")]
-        results[n] = timed(f"bench {n}", lambda: bench.bench(kernels, wl, rd / "bench" / n, boots=opts.boots, runs=opts.runs, guest=opts.guest))
+    labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt]
+    kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
+    cells = [("vanilla", n) for n in names]
+    cells += [(f"optimized-{a}", b) for a in names for b in names if a == b or "cross" in opts.studies]
+    cells += [(u, n) for u in UNIVERSAL if u in opt for n in names]
+    results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim))
     summary = {
         "run_dir": str(rd),
+        "request": opts.request,
+        "studies": list(opts.studies),
         "kernel": {"source": str(src.path), "version": src.version, "config": spec.name},
-        "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {f"optimized-{n}": _build_info(m) for n, m in opt.items()},
+        "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {label: _build_info(m) for label, m in opt.items()},
         "workloads": {
             n: {
                 "params": wl["params"],
                 "unit": wl["unit"],
                 "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
-                "proof": opt[n]["proof"],
-                "bench": {"summary": results[n]["summary"], "design": results[n]["design"], "note": results[n]["note"]},
+                "proof": opt[f"optimized-{n}"]["proof"],
             }
             for n, wl in zip(names, opts.workloads)
         },
-        "host": next(iter(results.values()))["host"],
+        "universal": {u: {"proof": opt[u]["proof"], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
+        "bench": "bench/results.json",
+        "host": results["host"],
         "phases_seconds": phases,
         "total_seconds": round(time.monotonic() - t_start, 1),
     }
@@ -91,25 +115,47 @@ def run(opts: RunOptions) -> dict:
     return summary
 
 
+def _ci(r: dict) -> str:
+    ci = f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] == r["ci_low"] else "[n<2]"
+    return ci + ("\\*" if r["ci_includes_1"] else "")
+
+
 def _build_info(m: dict) -> dict:
     return {"seconds": m["seconds"]["total"], "sizes": m["sizes"], "release": m["kernel_release"]}
 
 
-def _collect(rd: Path, instr: dict, wl: dict, guest: vm.Guest) -> dict:
-    raw = rd / "profiles" / f"{wl['name']}.raw"
+def collect_cached(profiles: Path, build: Path, instr: dict, wl: dict, guest: vm.Guest) -> dict:
+    """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
+    raw = profiles / f"{wl['name']}.raw"
     have = collect.load_profile_json(raw)
     if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl["params"]:
         say(f"collect {wl['name']}: up to date in {raw}")
         return have
-    shutil.rmtree(rd / "profiles" / wl["name"], ignore_errors=True)
-    return collect.collect(rd / "builds" / "instrumented", wl, raw, guest=guest, replace=True)
+    shutil.rmtree(profiles / wl["name"], ignore_errors=True)
+    return collect.collect(build, wl, raw, guest=guest, replace=True)
 
 
-def _fix(rd: Path, instr: dict, wl: dict, prof: dict) -> dict:
+def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
+    """The universal profile of all the run's workloads (kept while its inputs are unchanged)."""
+    from kpgo.gcov.merge import merge_profiles
+    from kpgo.gcov.profile import read_manifest
+
+    dst = rd / "profiles" / label
+    inputs = [rd / "profiles" / n for n in names]
+    have = read_manifest(dst).get("merged", {})
+    if [i.get("profile") for i in have.get("inputs", [])] == [read_manifest(d) for d in inputs] and have.get("normalize") == normalize:
+        say(f"merge {label}: up to date in {dst}")
+        return have
+    shutil.rmtree(dst, ignore_errors=True)
+    return merge_profiles(inputs, dst, normalize=normalize)
+
+
+def fix_cached(profiles: Path, instr: dict, wl: dict, prof: dict) -> dict:
+    """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
     from kpgo.gcov.profile import fix_profile, profile_stats
 
-    raw = rd / "profiles" / f"{wl['name']}.raw"
-    fixed = rd / "profiles" / wl["name"]
+    raw = profiles / f"{wl['name']}.raw"
+    fixed = profiles / wl["name"]
     have = collect.load_profile_json(fixed)
     if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "fixed" in have:
         say(f"profile fix {wl['name']}: up to date in {fixed}")
@@ -119,7 +165,7 @@ def _fix(rd: Path, instr: dict, wl: dict, prof: dict) -> dict:
     return profile_stats(fixed)
 
 
-def markdown(s: dict, results: dict[str, dict]) -> str:
+def markdown(s: dict, results: dict) -> str:
     host = s["host"]
     b = s["builds"]
     lines = [
@@ -129,16 +175,28 @@ def markdown(s: dict, results: dict[str, dict]) -> str:
         "",
         "## Results",
         "",
-        "| workload | unit | vanilla | optimized | ratio [95% CI] | GCC used the profile |",
+        "| workload | unit | vanilla | app-specific (optimized-WORKLOAD) | speedup [95% CI] | GCC used the profile |",
         "|---|---|---:|---:|---|---|",
     ]
     for n, w in s["workloads"].items():
-        rows = {r["kernel"]: r for r in w["bench"]["summary"]}
-        o = rows["optimized"]
-        ci = f"[{o['ci_low']:.3f}, {o['ci_high']:.3f}]" if o["ci_low"] == o["ci_low"] else "[n<2]"
+        rows = {r["kernel"]: r for r in results["workloads"][n]["summary"]}
+        o = rows[f"optimized-{n}"]
         pr = w["proof"]
-        lines.append(f"| {n} | {w['unit']} | {rows['vanilla']['mean']:.1f} | {o['mean']:.1f} | {o['ratio']:.3f} {ci}{'*' if o['ci_includes_1'] else ''} "
+        lines.append(f"| {n} | {w['unit']} | {rows['vanilla']['mean']:.1f} | {o['mean']:.1f} | {o['ratio']:.3f} {_ci(o)} "
                      f"| {pr['objects_used']}/{pr['objects_nonempty']} objects ({pr['ratio']:.1%}) |")
+    if s["studies"]:
+        # Every kernel on every workload it was measured on: the universal and cross-application studies.
+        labels = [k for k in results["kernels"] if k != "vanilla"]
+        lines += ["", f"### Studies: {', '.join(s['studies'])} (speedup over vanilla [95% CI])", "",
+                  "| kernel | " + " | ".join(s["workloads"]) + " | geomean |", "|---|" + "---|" * (len(s["workloads"]) + 1)]
+        for label in labels:
+            cells = []
+            for n in s["workloads"]:
+                row = next((r for r in results["workloads"][n]["summary"] if r["kernel"] == label), None)
+                cells.append(f"{row['ratio']:.3f} {_ci(row)}" if row else "–")
+            g = results["geomean"].get(label)
+            geo = f"{g['speedup']:.3f} {_ci(g)}" if g else "–"
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {geo} |")
     lines += [
         "",
         "\\* the 95% CI (bootstrap over boots) includes 1.0: no difference shown at this sample size.",
@@ -169,10 +227,7 @@ def markdown(s: dict, results: dict[str, dict]) -> str:
             f"functions where GCC gave up: {pr['functions_giving_up']}. Method: {pr['method']}."
             + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}." if pr.get("profiled_but_not_built") else ""),
             "",
-            "```",
-            bench.format_table(results[n]),
-            "```",
-            "",
         ]
+    lines += ["## Bench", "", "```", bench.format_table(results), "```", ""]
     lines += ["Phases: " + ", ".join(f"{k} {fmt_secs(v)}" for k, v in s["phases_seconds"].items()) + f"; total {fmt_secs(s['total_seconds'])}.", ""]
     return "\n".join(lines)

@@ -1,26 +1,28 @@
-"""kpgo bench: the same workload on two or more kernels, interleaved, with statistics."""
+"""kpgo bench: kernels × workloads, interleaved boots, with statistics (and simulated counters)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from kpgo.commands.common import add_guest_options, add_workload_options, chosen_workloads, guest_from
+from kpgo.commands.common import add_design_options, add_guest_options, add_workload_options, chosen_workloads, design_from, guest_from, sim_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="benchmark kernels against each other (interleaved boots, 95%% CI of ratios)",
-        description="Boot each kernel BOOTS times, alternating (A B, B A, ...), warm up, run the workload RUNS times per "
-        "boot, and print per kernel mean, sd, and the ratio to the first kernel with a bootstrap 95%% CI over boots. "
-        "Each workload's results go to OUT/NAME/results.json.",
+        help="benchmark kernels × workloads (interleaved boots, 95%% CI of ratios, optional simulated counters)",
+        description="Boot every kernel on every workload BOOTS times in randomized blocks (each round a fresh random "
+        "order; or --order abba), warm up, run the workload RUNS times per boot, and print per kernel and workload the "
+        "mean, sd, cv and the speedup over the first kernel with a bootstrap 95%% CI over boots, and each kernel's "
+        "geometric-mean speedup across workloads. With --sim, a QEMU plugin also counts guest instructions and "
+        "simulated L1i/iTLB misses, kernel and user, per operation. Everything goes to OUT/results.json; finished "
+        "boots in OUT are reused.",
     )
     p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR", help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
-    p.add_argument("--boots", type=int, default=3, help="boots per kernel (default 3)")
-    p.add_argument("--runs", type=int, default=1, help="measured runs per boot after the warm-up (default 1)")
-    p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench), one subdirectory per workload; finished boots in it are reused")
-    p.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench); finished boots in it are reused")
+    p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
+    add_design_options(p)
     add_workload_options(p)
     add_guest_options(p)
     p.set_defaults(func=run)
@@ -33,8 +35,6 @@ def run(args: argparse.Namespace) -> int:
 
     specs = chosen_workloads(args)
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
-    guest = guest_from(args)
-    for wl in specs:
-        res = bench.bench(kernels, wl, args.out / wl["name"], boots=args.boots, runs=args.runs, guest=guest)
-        print(json.dumps(res, indent=2) if args.json else bench.format_table(res) + "\n", flush=True)
+    res = bench.bench(kernels, specs, args.out, design=design_from(args), guest=guest_from(args), sim=sim_from(args))
+    print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
     return 0

@@ -50,3 +50,47 @@ def guest_from(args: argparse.Namespace):  # -> vm.Guest
     if args.cpus < 1 or args.guest_timeout <= 0:
         raise UserError("--cpus must be ≥ 1 and --guest-timeout > 0", "fix the option")
     return vm.Guest(cpus=args.cpus, memory=args.memory, timeout=args.guest_timeout)
+
+
+def add_design_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("benchmark design")
+    g.add_argument("--boots", type=int, default=3, help="boots per kernel and workload (default 3; the bootstrap needs ≥ 2)")
+    g.add_argument("--runs", type=int, default=1, help="measured runs per boot after the warm-up (default 1)")
+    g.add_argument("--order", choices=("random", "abba"), default="random",
+                   help="boot order per round: random (randomized blocks, default) or abba (alternating A B / B A)")
+    g.add_argument("--seed", type=int, help="seed of the random order (default: the earlier bench's in the same directory, else drawn and recorded)")
+    g.add_argument("--sim", action="store_true", help="also count guest instructions and simulated L1i/iTLB misses with kpgo's QEMU plugin (docs/SIM.md)")
+    g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=2M (repeatable)")
+
+
+def design_from(args: argparse.Namespace):  # -> bench.Design
+    from kpgo import bench
+
+    return bench.Design(boots=args.boots, runs=args.runs, order=args.order, seed=args.seed)
+
+
+def sim_from(args: argparse.Namespace):  # -> sim.SimConfig | None
+    from kpgo.errors import UserError
+
+    if args.sim_opt and not args.sim:
+        raise UserError("--sim-opt given without --sim", "add --sim")
+    if not args.sim:
+        return None
+    from kpgo import sim
+
+    opts: dict[str, int] = {}
+    for item in args.sim_opt:
+        key, sep, value = item.partition("=")
+        mult = {"k": 1 << 10, "m": 1 << 20}.get(value[-1:].lower(), 1)
+        try:
+            opts[key.strip()] = int(value[:-1] if mult > 1 else value) * mult
+        except ValueError:
+            raise UserError(f"--sim-opt {item!r}: expected KEY=NUMBER (k/M suffixes allowed)", "fix the option") from None
+        if not sep:
+            raise UserError(f"--sim-opt {item!r}: expected KEY=VALUE", "fix the option")
+    fields = set(sim.SimConfig.__dataclass_fields__)
+    unknown = sorted(set(opts) - fields)
+    if unknown:
+        raise UserError(f"unknown simulator setting {', '.join(unknown)}", f"known: {', '.join(sorted(fields))}")
+    return sim.SimConfig(**opts)

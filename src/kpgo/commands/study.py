@@ -1,0 +1,79 @@
+"""kpgo study: the published studies on a run directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kpgo.commands.common import add_design_options, add_guest_options, design_from, guest_from, sim_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="studies on a run: universal profile, cross-application, sensitivity, kernel share",
+                       description="Extend a finished `kpgo run` directory with a study; cached steps are reused. "
+                       "Each prints its table; `kpgo report RUN_DIR` draws the figures.")
+    s = p.add_subparsers(dest="study_name", required=True, metavar="STUDY")
+    for name, text in (
+        ("universal", "app-specific vs universal (raw and normalized merge of all the run's profiles) vs vanilla, on every workload"),
+        ("cross", "every workload on the kernel optimized for each workload (cross-application matrix)"),
+    ):
+        q = s.add_parser(name, help=text, description=text + ". Same as re-running the run's command with --study " + name + ".")
+        q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+        q.set_defaults(func=extend_run)
+    q = s.add_parser("sensitivity", help="a kernel optimized under one workload setting, measured under the others",
+                     description="Collect a profile and build an optimized kernel for each value of one workload parameter, "
+                     "then measure every such kernel and vanilla under every value. Results: RUN_DIR/studies/sensitivity/.")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--workload", required=True, metavar="NAME", help="the workload")
+    q.add_argument("--vary", required=True, metavar="KEY=V1,V2[,...]", help="the parameter and its values, e.g. clients=1,50")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other parameters of the workload (repeatable)")
+    add_design_options(q)
+    add_guest_options(q)
+    q.set_defaults(func=sensitivity)
+    q = s.add_parser("share", help="the kernel's share of CPU time, instructions and simulated L1i/iTLB misses per workload",
+                     description="Boot the run's vanilla kernel under each of its workloads with simulated counters and print "
+                     "the kernel's share of busy CPU time, of instructions and of L1i/iTLB misses (the characterization table of "
+                     "\"One Profile Fits All\"). Results: RUN_DIR/studies/share/.")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    add_design_options(q)
+    add_guest_options(q)
+    q.set_defaults(func=share, boots=1)
+
+
+def extend_run(args: argparse.Namespace) -> int:
+    from kpgo import study
+    from kpgo.commands import run
+
+    req = study.load_run(args.run_dir)["request"]
+    ns = argparse.Namespace(**{k: v for k, v in req.items()})
+    ns.source = Path(req["source"]) if req["source"] else None
+    ns.config = Path(req["config"]) if req["config"] else None
+    ns.fragment = [Path(f) for f in req["fragment"]]
+    ns.dir = args.run_dir
+    ns.study = list(dict.fromkeys(list(req["study"]) + [args.study_name]))
+    return run.run(ns)
+
+
+def sensitivity(args: argparse.Namespace) -> int:
+    from kpgo import bench, study
+    from kpgo.errors import UserError
+    from kpgo.workloads import install
+
+    key, sep, values = args.vary.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--vary {args.vary!r}: expected KEY=V1,V2", "e.g. --vary clients=1,50")
+    specs = study.variants(args.workload, key.strip(), [v.strip() for v in values.split(",") if v.strip()], args.set)
+    install.require(specs)
+    res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
+    print(bench.format_table(res), flush=True)
+    return 0
+
+
+def share(args: argparse.Namespace) -> int:
+    from kpgo import study
+
+    args.sim = True
+    run = study.load_run(args.run_dir)
+    res = study.share(args.run_dir, study.run_specs(run), design_from(args), guest_from(args), sim_from(args))
+    print(study.format_share(study.share_table(res)), flush=True)
+    return 0

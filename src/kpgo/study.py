@@ -1,0 +1,108 @@
+"""Studies that extend a finished `kpgo run` directory (the universal and cross-application studies
+are part of the run itself: see kpgo.pipeline).
+
+  sensitivity   one workload under several settings of one parameter: a profile and an optimized
+                kernel per setting (RUN/builds/optimized-WL@KEY-VALUE), each measured under every
+                setting beside vanilla -> RUN/studies/sensitivity/results.json
+  share         the kernel's share of guest CPU time, instructions and simulated L1i/iTLB misses
+                per workload on the vanilla kernel (simulated counters) -> RUN/studies/share/results.json
+
+Both reuse the run's instrumented and vanilla builds, its kernel source and configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kpgo import atomic, bench, pipeline, vm, workloads
+from kpgo.errors import UserError
+from kpgo.kernel import kbuild, kconfig, source
+
+
+def load_run(run_dir: Path) -> dict:
+    try:
+        run = json.loads((run_dir / "run.json").read_text())
+    except OSError:
+        raise UserError(f"{run_dir} holds no finished kpgo run (no run.json)", "run `kpgo run --dir RUN_DIR` first") from None
+    except ValueError:
+        raise UserError(f"{run_dir / 'run.json'} is not valid JSON", "re-run `kpgo run --dir RUN_DIR` to rewrite it") from None
+    if not isinstance(run.get("request"), dict):
+        raise UserError(f"{run_dir / 'run.json'} was written by an older kpgo (no request)", "re-run `kpgo run --dir RUN_DIR` (cached steps are kept)")
+    return run
+
+
+def _builder(run: dict, run_dir: Path):  # type: ignore[no-untyped-def]
+    r = run["request"]
+    spec = kconfig.resolve(r["base"], Path(r["config"]) if r["config"] else None, [Path(f) for f in r["fragment"]])
+    src = source.resolve(Path(r["source"]) if r["source"] else None)
+
+    def build(variant: str, label: str, profile: Path | None = None) -> dict:
+        return kbuild.build(kbuild.BuildRequest(src, spec, variant, run_dir / "builds" / label, profile, int(r["jobs"])))
+
+    return build
+
+
+def variants(name: str, key: str, values: list[str], overrides: list[str]) -> list[dict]:
+    """The workload once per value of KEY, renamed NAME@KEY-VALUE."""
+    if len(values) < 2:
+        raise UserError("--vary needs two or more values", "e.g. --vary clients=1,50")
+    out = []
+    for v in values:
+        spec = workloads.load(name, overrides + [f"{key}={v}"])
+        spec["name"] = f"{name}@{key}-{v}"
+        out.append(spec)
+    return out
+
+
+def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
+    run = load_run(run_dir)
+    build = _builder(run, run_dir)
+    out = run_dir / "studies" / "sensitivity"
+    instr = build("instrumented", "instrumented")
+    for wl in specs:
+        prof = pipeline.collect_cached(out / "profiles", run_dir / "builds" / "instrumented", instr, wl, guest)
+        pipeline.fix_cached(out / "profiles", instr, wl, prof)
+        build("optimized", f"optimized-{wl['name']}", out / "profiles" / wl["name"])
+    build("vanilla", "vanilla")
+    kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [bench.Kernel(f"optimized-{w['name']}", run_dir / "builds" / f"optimized-{w['name']}") for w in specs]
+    return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim)
+
+
+def share(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
+    run = load_run(run_dir)
+    _builder(run, run_dir)("vanilla", "vanilla")
+    res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
+    atomic.write_json(run_dir / "studies" / "share" / "share.json", share_table(res))
+    return res
+
+
+def share_table(res: dict) -> dict:
+    """Per workload on the baseline: mean kernel share of busy CPU time (/proc/stat) and, when simulated,
+    of instructions, L1i misses and iTLB misses."""
+    table = {}
+    base = res["baseline"]
+    for n, w in res["workloads"].items():
+        mine = [s for s in res["samples"] if s["workload"] == n and s["kernel"] == base]
+        cpu = [x for s in mine for x in s["kernel_share"] if x is not None]
+        row: dict[str, float | None] = {"cpu_time": sum(cpu) / len(cpu) if cpu else None}
+        sim = (w.get("sim") or {}).get(base)
+        for m in ("insn", "l1i", "itlb"):
+            row[m] = sim[f"kernel_{m}_share"]["mean"] if sim else None
+        table[n] = row
+    return table
+
+
+def format_share(table: dict) -> str:
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.1%}"
+
+    lines = [f"{'workload':<14} {'CPU time':>9} {'insns':>9} {'L1i miss':>9} {'iTLB miss':>9}   (kernel's share)"]
+    lines += [f"{n:<14} {pct(r['cpu_time']):>9} {pct(r['insn']):>9} {pct(r['l1i']):>9} {pct(r['itlb']):>9}" for n, r in table.items()]
+    return "\n".join(lines)
+
+
+def run_specs(run: dict) -> list[dict]:
+    """The run's workloads with the parameters it used."""
+    r = run["request"]
+    return workloads.load_many(r["workload"], list(r["set"]))
