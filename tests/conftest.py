@@ -57,7 +57,7 @@ def test_dir() -> Path:
 # The session's run: two workloads (redis, and stress-ng micro kept short), each its own optimized
 # kernel, the cross-application study (each optimized kernel on both workloads) and simulated counters.
 TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--sim", "--boots", "2",
-                 "--set", "micro.seconds=1", "--set", "micro.procs=1,4")
+                 "--set", "micro.seconds=1", "--set", "micro.procs=1,4", "--set", "redis.requests=30000")
 
 
 @pytest.fixture(scope="session")

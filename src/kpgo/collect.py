@@ -27,7 +27,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
     if not manifest.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
     workloads.check_kernel([workload], build_dir)
-    kernel = Path(manifest["bzImage"])
+    kernel = kbuild.image(build_dir)
     accel = vm.accelerator(kernel)
     t0 = time.monotonic()
     with atomic.output_dir(out, replace=replace) as tmp:

@@ -77,7 +77,7 @@ def run(opts: RunOptions) -> dict:
         prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))
         pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))
         profiles[wl["name"]] = (prof, pstats)
-    opt = {n: timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}
+    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
             timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))

@@ -83,6 +83,11 @@ def load_manifest(out: Path) -> dict | None:
         return None
 
 
+def image(out: Path) -> Path:
+    """The bootable image of the build in `out` (not build.json's absolute path: a copied build directory boots its own)."""
+    return out.resolve() / "arch" / "x86" / "boot" / "bzImage"
+
+
 def check_request(variant: str, profile: Path | None) -> None:
     """The cheap checks, done before anything slow (like extracting the source)."""
     if variant not in VARIANTS:
