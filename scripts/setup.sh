@@ -4,6 +4,8 @@
 #   pip: kpgo itself (editable) with its test tools and virtme-ng, in ./.venv
 #   then every workload's packages (servers, load generators) via `kpgo workloads install`;
 #   KPGO_WORKLOADS=redis,nginx limits that to some (default: all)
+#   then the simulated-counter QEMU plugin and its guest tool (docs/SIM.md): the plugin header
+#   comes once from Debian's qemu source package (network), cached in ~/.cache/kpgo/qemu-plugin
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -12,6 +14,8 @@ APT_PACKAGES=(
   qemu-system-x86 linux-source-6.12
   gcc make bc bison flex libelf-dev libssl-dev cpio binutils xz-utils
   python3 python3-venv
+  libglib2.0-dev pkg-config dpkg-dev libc6-dev  # the QEMU plugin (GLib), its header fetch (apt-get source), kpgo-window
+  chromium-headless-shell  # renders report.html in the report test
 )
 
 missing=()
@@ -43,4 +47,5 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.kpgo-stamp 2>/dev/null)" != "$st
   echo "$stamp_want" > .venv/.kpgo-stamp
 fi
 .venv/bin/kpgo workloads install "${KPGO_WORKLOADS:-all}"
+.venv/bin/python -m kpgo.sim   # builds libkpgosim.so for the installed QEMU and kpgo-window (idempotent)
 echo "setup: ready in $(( $(date +%s) - start )) s (run .venv/bin/kpgo, or make run / make test)"

@@ -86,7 +86,7 @@ def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> lis
 
 def sim_per_op(windows: list[dict], runs: list[dict]) -> dict[str, float]:
     """Per-operation counter figures of one boot: each measured run's window divided by that run's
-    operation count, averaged over the runs."""
+    operation count (`ops`, an estimate: see docs/SIM.md), averaged over the runs."""
     if len(windows) != len(runs):
         raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(runs)} measured run(s)", "see the boot's console log and sim.json")
     per: list[dict[str, float]] = []
@@ -150,7 +150,7 @@ def bench(
         manifests[k.label] = m
         workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
     spec = {w["name"]: w for w in wls}
-    accel = vm.accelerator(Path(manifests[base]["bzImage"]))
+    accel = vm.accelerator(kbuild.image(kernels[0].build_dir))
     out.mkdir(parents=True, exist_ok=True)
     seed = _seed(out, design)
     seq = plan(cells, design.boots, design.order, seed)
@@ -170,6 +170,7 @@ def bench(
     if samples:
         say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
     t0 = time.monotonic()
+    dirs = {k.label: k.build_dir for k in kernels}
     for n, (step, bootdir, key) in enumerate(todo, 1):
         k, w = step["kernel"], step["workload"]
         elapsed = time.monotonic() - t0
@@ -177,7 +178,7 @@ def bench(
         say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
         job = {"mode": "bench", "workload": spec[w], "runs": design.runs}
         extra = {"sim": sim} if sim is not None else {}
-        result = vm.run_agent(Path(manifests[k]["bzImage"]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
+        result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
         runs = result["runs"]
         values = [r["value"] for r in runs]
         rec = {

@@ -3,7 +3,8 @@
 Every guest has a hard timeout (the whole QEMU process group is killed), boots with panic=-1
 so a panic ends it at once, and reports back through files in a shared run directory (the
 exit status of the command is in result.json written by the guest agent). KVM is used only
-if a short boot test passes on this machine; otherwise TCG, and we say so once."""
+if a short boot test passes on this machine; otherwise TCG, and we say so once. With simulated
+counters (kpgo.sim) the guest runs under TCG with kpgo's QEMU plugin loaded."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kpgo import atomic, proc
+from kpgo import sim as simulator
 from kpgo.errors import InfraError, UserError
 from kpgo.paths import cache_dir
 from kpgo.progress import say
@@ -69,21 +71,63 @@ def accelerator(probe_kernel: Path) -> str:
     return accel
 
 
-def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path, accel: str) -> dict:
-    """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return result.json."""
+def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | None = None,
+             sim: simulator.SimConfig | None = None, report: Path | None = None) -> list[str | Path]:
+    """The vng command line booting `kernel` to run the shell command `cmd`. With `sim`, the
+    plugin (built if needed) writes its report to `report`, and the guest tool kpgo-window is
+    built; a stale report is removed."""
+    argv: list[str | Path] = ["vng", "-r", kernel]
+    if rwdir is not None:
+        argv += ["--rwdir", rwdir]
+    argv += ["--cpus", str(guest.cpus), "--memory", guest.memory, "--append", "panic=-1", "--verbose", "--exec", cmd]
+    if sim is not None:
+        if report is None:
+            raise ValueError("a simulated boot needs a report path")
+        simulator.build_window_tool()
+        simulator.clean_report(report)
+        # nokaslr/norandmaps: the same code at the same virtual addresses every boot, so the
+        # virtually indexed cache and TLB sets repeat (vng splits one --append on spaces).
+        # "--qemu-opts=VALUE" in one word: argparse takes a separate "-plugin ..." for an option.
+        argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim, report)}"]
+        if accel == "kvm":
+            say("simulated counters need QEMU TCG: this guest runs without KVM")
+            accel = "tcg"  # a plugin sees only TCG-translated code
+    if accel != "kvm":
+        argv.insert(1, "--disable-kvm")
+    return argv
+
+
+def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
+                sim: simulator.SimConfig | None = None, report: Path | None = None) -> proc.Result:
+    """Boot `kernel` and run the shell command `cmd` (no agent, no retry): for tests and
+    measurements of the simulator. The guest's output is in the console log and the Result."""
+    if not kernel.is_file():
+        raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
+    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, sim=sim, report=report)
+    log.unlink(missing_ok=True)
+    res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
+    if res.timed_out:
+        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed", f"console log: {log}")
+    return res
+
+
+def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path, accel: str, sim: simulator.SimConfig | None = None) -> dict:
+    """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return result.json.
+
+    With `sim`, kpgo's QEMU plugin counts each measured run in its own window (the agent opens and
+    closes it around the load steps) and result["sim"] is the list of windows, one per entry of
+    result["runs"], as kpgo.sim.read_windows returns them."""
     if not kernel.is_file():
         raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
+    report = rundir / "sim.json"
+    if sim is not None:
+        job = {**job, "sim": True}
     atomic.write_json(rundir / "job.json", {**job, "tools_dir": str(tools_dir())})
     cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
-    argv: list[str | Path] = [
-        "vng", "-r", kernel, "--rwdir", rundir, "--cpus", str(guest.cpus), "--memory", guest.memory,
-        "--append", "panic=-1", "--verbose", "--exec", cmd,
-    ]
-    if accel != "kvm":
-        argv.insert(1, "--disable-kvm")
+    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report)
     result_file = rundir / "result.json"
     for attempt in (1, 2):
         res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
@@ -95,6 +139,8 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
             break
         say(f"the guest kernel panicked while booting (console log: {log}); booting once more")
         log.rename(log.with_name(log.name + ".panic"))
+        if sim is not None:
+            simulator.clean_report(report)
     if res.timed_out:
         raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed", f"console log: {log}")
     if not result_file.exists():
@@ -107,4 +153,9 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
             for ln in result.get(key, "").strip().splitlines()[-6:]:
                 print(f"  {tag}| {ln}", file=sys.stderr)
         raise InfraError(f"workload {job['workload']['name']} failed in the guest ({result.get('phase')}): {result.get('error')}", f"console log: {log}")
+    if sim is not None:
+        windows = simulator.read_windows(report)
+        if len(windows) != len(result["runs"]):
+            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result['runs'])} measured run(s)", f"report: {report}; console log: {log}")
+        result["sim"] = windows
     return result

@@ -3,7 +3,8 @@
 It reads one JSON job from the shared run directory and runs the workload on a fresh tmpfs:
 files, setup steps, the server (until its TCP port accepts), prepare and warm-up steps, then
 (collect mode) resets the kernel's gcov counters, runs the measured load steps and parses their
-output, (collect mode) snapshots every .gcda into one tar, and writes result.json.
+output, (collect mode) snapshots every .gcda into one tar, and writes result.json. With simulated
+counters (job "sim"), each measured run is one window of kpgo's QEMU plugin (kpgo-window).
 One process reads all the .gcda files: under TCG each process spawn costs ~0.3 s and each file
 written over 9p costs more, so a per-file loop would take minutes.
 
@@ -136,30 +137,48 @@ def cpu_ticks():
     return {"user": v[0] + v[1], "kernel": v[2] + v[5] + v[6], "idle": v[3] + v[4]}
 
 
-def measured_run(wl, params, i, outdir, server):
-    """All load steps once: the primary value over the parts, secondary figures, and the
-    guest's kernel share of busy CPU time over the window."""
+def measured_run(wl, params, i, outdir, server, window=None):
+    """All load steps once: the primary value over the parts, secondary figures, the guest's
+    kernel share of busy CPU time over the window, and `ops`, the operation count estimate that
+    simulated counters are divided by (per-op figures, docs/SIM.md): over the load steps (each
+    expanded name), the step's wall seconds times the harmonic mean of its parts' rates. For a
+    one-part step that is seconds x rate; for a step running several tests of the same request
+    count one after the other (redis-benchmark) it is the total request count. Step seconds
+    include the load generator's start-up and exit, so the estimate is high by that share (for
+    short stress-ng steps under TCG, a noticeable one).
+
+    `window`: the guest's kpgo-window program; the simulator's window is open exactly around
+    the load steps (one window per measured run; warm-up and setup stay outside)."""
     parts, secondary, seconds = {}, {}, {}
-    before = cpu_ticks()
-    for step in wl["load"]:
-        for name, p in expand(step, params):
-            t = time.monotonic()
-            out = run_step(step, name, p, "load")
-            seconds[name] = round(time.monotonic() - t, 2)
-            with open(os.path.join(outdir, f"load-{i}-{name}.txt"), "w") as f:
-                f.write(out)
-            got, sec = parse_step(out, step)
-            if not got:
-                raise Failure(f"load step {name}: no line of its output matches the metric regex", out)
-            for key, value in got.items():
-                label = f"{name}.{key}" if key else name
-                if value <= 0:
-                    raise Failure(f"load step {name} reported zero throughput ({label})", out)
-                parts[label] = value
-            secondary.update({f"{name}.{k}": v for k, v in sec.items()})
-            if server is not None and server.poll() is not None:
-                raise Failure(f"the server exited with status {server.returncode} during load step {name}")
-    after = cpu_ticks()
+    ops = 0.0
+    if window:
+        run([window, "open"], 60, "opening the simulator window")
+    try:
+        before = cpu_ticks()
+        for step in wl["load"]:
+            for name, p in expand(step, params):
+                t = time.monotonic()
+                out = run_step(step, name, p, "load")
+                took = time.monotonic() - t
+                seconds[name] = round(took, 2)
+                with open(os.path.join(outdir, f"load-{i}-{name}.txt"), "w") as f:
+                    f.write(out)
+                got, sec = parse_step(out, step)
+                if not got:
+                    raise Failure(f"load step {name}: no line of its output matches the metric regex", out)
+                for key, value in got.items():
+                    label = f"{name}.{key}" if key else name
+                    if value <= 0:
+                        raise Failure(f"load step {name} reported zero throughput ({label})", out)
+                    parts[label] = value
+                ops += took * aggregate(list(got.values()), "hmean")
+                secondary.update({f"{name}.{k}": v for k, v in sec.items()})
+                if server is not None and server.poll() is not None:
+                    raise Failure(f"the server exited with status {server.returncode} during load step {name}")
+        after = cpu_ticks()
+    finally:
+        if window:
+            run([window, "close"], 60, "closing the simulator window")
     user, kernel = after["user"] - before["user"], after["kernel"] - before["kernel"]
     value = aggregate(list(parts.values()), wl["aggregate"])
     return {
@@ -168,6 +187,7 @@ def measured_run(wl, params, i, outdir, server):
         "secondary": secondary,
         "seconds": round(sum(seconds.values()), 2),
         "step_seconds": seconds,
+        "ops": round(ops, 1),
         "kernel_share": round(kernel / (user + kernel), 4) if user + kernel else None,
         "cpu_ticks": {"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
     }
@@ -289,8 +309,9 @@ def main(job_path):
             ensure_debugfs()
             gcov_reset()
         phase = "load"
+        window = os.path.join(job.get("tools_dir", ""), "kpgo-window") if job.get("sim") else None
         for i in range(int(job.get("runs", 1))):
-            result["runs"].append(measured_run(wl, params, i, outdir, server))
+            result["runs"].append(measured_run(wl, params, i, outdir, server, window))
         if job["mode"] == "collect":
             phase = "snapshot"
             t = time.monotonic()

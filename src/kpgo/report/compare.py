@@ -1,0 +1,50 @@
+"""`kpgo report RUN_DIR --compare OTHER`: speedups of the kernels and workloads both runs measured, side by side.
+
+Each run's speedup is against its own baseline, so runs on different machines or accelerators compare as ratios;
+both measurement statements are shown, since a TCG and a KVM ratio do not mean the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kpgo.report import measure
+from kpgo.report import model as m
+from kpgo.report.load import RunData
+from kpgo.report.model import Section, Skipped, Table
+from kpgo.report.sections import STAR, Context, kernel_order, rows_by_kernel, speedup_of
+
+NUMBER = 11
+TITLE = "Comparison with another run"
+
+
+def section(ctx: Context, other: RunData) -> Section | Skipped:
+    a, b = ctx.data.results, other.results
+    if a is None or b is None:
+        return Skipped("compare", NUMBER, TITLE, f"no bench/results.json in {ctx.data.run_dir if a is None else other.run_dir}")
+    rows = []
+    data: list[dict[str, Any]] = []
+    for name, w in a["workloads"].items():
+        wb = b["workloads"].get(name)
+        if wb is None:
+            continue
+        ra, rb = rows_by_kernel(w), rows_by_kernel(wb)
+        for k in kernel_order(a)[1:]:
+            if k not in ra or k not in rb:
+                continue
+            sa, sb = speedup_of(ra[k]), speedup_of(rb[k])
+            change = sa["ratio"] / sb["ratio"] if not (m.missing(sa["ratio"]) or m.missing(sb["ratio"])) and sb["ratio"] else None
+            rows.append([name, k, m.ratio_ci(sa), m.ratio_ci(sb), m.ratio(change)])
+            data.append({"workload": name, "kernel": k, "this": sa, "other": sb, "change": change})
+    if not rows:
+        return Skipped("compare", NUMBER, TITLE, f"{other.run_dir} measured none of this run's kernel/workload pairs")
+    how = f"This run: {measure.wall(a, ctx.data.run)[len('Measured: '):]} Other run ({other.run_dir}): {measure.wall(b, other.run)[len('Measured: '):]}"
+    same = measure.accelerator(a, ctx.data.run) == measure.accelerator(b, other.run)
+    blocks: list[Any] = [
+        f"Speedups of this run next to those of {other.run_dir}, each against its own baseline ({a['baseline']} / "
+        f"{b['baseline']}); change = this run's speedup over the other's."
+        + ("" if same else " The runs used different accelerators: compare with care."),
+        Table(f"Speedup [95% CI] in both runs. Measured: {how}", ["workload", "kernel", "this run", "other run", "change"],
+              rows, [False, False, True, True, True]),
+        STAR,
+    ]
+    return Section("compare", NUMBER, TITLE, f"Measured: {how}", blocks, {"other_run_dir": str(other.run_dir), "pairs": data})

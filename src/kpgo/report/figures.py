@@ -1,0 +1,209 @@
+"""The report's figures as PNG bytes (matplotlib's object API on the Agg renderer: no pyplot state, no display).
+
+A cell of a bar chart or heatmap is a Cell: a ratio, its 95% CI (NaN when there is none) and whether the CI
+includes 1.0, which is drawn as '*' ("no difference shown")."""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+DPI = 100
+
+
+@dataclass
+class Cell:
+    value: float
+    lo: float = math.nan
+    hi: float = math.nan
+    star: bool = False
+
+    @classmethod
+    def of(cls, row: dict[str, Any] | None, key: str = "ratio") -> "Cell | None":
+        """From a results.json row (summary, sim metric or geomean); None when it has no value."""
+        if not row or row.get(key) is None:
+            return None
+        v = float(row[key])
+        if math.isnan(v):
+            return None
+        lo = row.get("ci_low")
+        hi = row.get("ci_high")
+        return cls(v, math.nan if lo is None else float(lo), math.nan if hi is None else float(hi),
+                   bool(row.get("ci_includes_1", True)))
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})  # no version string: same bytes each run
+    return buf.getvalue()
+
+
+def _colors(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _bars(ax: Any, groups: Sequence[str], series: Sequence[str], cells: dict[tuple[str, str], Cell],
+          ylabel: str, ref: float = 1.0) -> list[Any]:
+    """Grouped bars drawn from the reference line (ratios near 1 would all look alike from 0), CI whiskers, '*'
+    beyond the whisker where the CI includes 1. Returns the legend handles."""
+    width = 0.8 / max(len(series), 1)
+    colors = _colors(len(series))
+    handles = []
+    lows: list[float] = [ref]
+    highs: list[float] = [ref]
+    for j, s in enumerate(series):
+        xs: list[float] = []
+        hs: list[float] = []
+        errs: list[list[float]] = [[], []]
+        stars: list[tuple[float, float, bool]] = []
+        for i, g in enumerate(groups):
+            c = cells.get((g, s))
+            if c is None:
+                continue
+            x = i - 0.4 + width * (j + 0.5)
+            xs.append(x)
+            hs.append(c.value - ref)
+            has_ci = not (math.isnan(c.lo) or math.isnan(c.hi))
+            errs[0].append(max(c.value - c.lo, 0.0) if has_ci else 0.0)
+            errs[1].append(max(c.hi - c.value, 0.0) if has_ci else 0.0)
+            top = max(c.value, c.hi) if has_ci else c.value
+            bottom = min(c.value, c.lo) if has_ci else c.value
+            lows.append(bottom)
+            highs.append(top)
+            if c.star:
+                stars.append((x, top if c.value >= ref else bottom, c.value >= ref))
+        handles.append(ax.bar(xs, hs, width * 0.92, bottom=ref, color=colors[j], label=s))
+        if xs:
+            ax.errorbar(xs, [ref + h for h in hs], yerr=errs, fmt="none", ecolor="black", elinewidth=0.9, capsize=2)
+        for x, y, up in stars:
+            ax.annotate("*", (x, y), xytext=(0, 2 if up else -10), textcoords="offset points", ha="center",
+                        fontsize=11, fontweight="bold")
+    ax.axhline(ref, color="black", linewidth=0.8)
+    span = max(max(highs) - min(lows), 0.02)
+    ax.set_ylim(min(lows) - 0.12 * span, max(highs) + 0.15 * span)
+    ax.set_xticks(range(len(groups)), groups, rotation=30 if len(groups) > 5 else 0,
+                  ha="right" if len(groups) > 5 else "center")
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    return handles
+
+
+def bar_chart(groups: Sequence[str], series: Sequence[str], cells: dict[tuple[str, str], Cell], *, title: str,
+              ylabel: str, separate_last: bool = False) -> bytes:
+    """One group per entry of `groups`, one bar per entry of `series`; separate_last draws a divider before the last
+    group (the geometric mean)."""
+    width = min(16.0, max(6.5, 1.2 + len(groups) * (0.28 * len(series) + 0.45)))
+    fig = _figure(width, 4.6 + 0.25 * ((len(series) + 3) // 4))
+    ax = fig.add_subplot()
+    handles = _bars(ax, groups, series, cells, ylabel)
+    if separate_last and len(groups) > 1:
+        ax.axvline(len(groups) - 1.5, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_title(_wrap(title, width), fontsize=11)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(series), 4), fontsize=9, frameon=False)
+    return png(fig)
+
+
+def bar_panels(panels: Sequence[tuple[str, dict[tuple[str, str], Cell]]], groups: Sequence[str],
+               series: Sequence[str], *, title: str, ylabel: str, columns: int = 3) -> bytes:
+    """Several bar charts of the same groups and series side by side (one panel per metric)."""
+    bars = len(groups) * len(series)
+    columns = min(columns, 3 if bars <= 15 else 2 if bars <= 40 else 1)  # many bars: wider panels, fewer per row
+    rows = (len(panels) + columns - 1) // columns
+    ncol = min(columns, len(panels))
+    panel_w = min(16.0 / ncol, max(3.6, 0.8 + len(groups) * (0.22 * len(series) + 0.35)))
+    fig = _figure(panel_w * ncol, 3.4 * rows + 0.8)
+    handles: list[Any] = []
+    for k, (name, cells) in enumerate(panels):
+        ax = fig.add_subplot(rows, ncol, k + 1)
+        handles = _bars(ax, groups, series, cells, ylabel if k % ncol == 0 else "")
+        ax.set_title(name, fontsize=10)
+    fig.suptitle(_wrap(title, panel_w * ncol), fontsize=11)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(series), 4), fontsize=9, frameon=False)
+    return png(fig)
+
+
+def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int], Cell], *, title: str,
+            xlabel: str, ylabel: str, diagonal: set[tuple[int, int]] | None = None, center: float = 1.0) -> bytes:
+    """Ratios around `center` on a diverging scale (blue better, red worse), each cell annotated with its value and
+    '*' where the CI includes 1; cells not measured are grey; `diagonal` cells (a kernel on its own workload) framed."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Rectangle
+
+    m = np.full((len(rows), len(cols)), np.nan)
+    for (i, j), c in cells.items():
+        m[i, j] = c.value
+    dev = float(np.nanmax(np.abs(m - center))) if np.isfinite(m).any() else 0.0
+    dev = max(dev, 0.02)
+    norm = Normalize(center - dev, center + dev)
+    cmap = colormaps["RdBu"].with_extremes(bad="#dddddd")
+    width = min(16.0, max(6.0, 2.4 + 0.95 * len(cols)))
+    fig = _figure(width, min(14.0, max(3.4, 1.6 + 0.55 * len(rows))))
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, norm=norm, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            cell = cells.get((i, j))
+            if cell is None:
+                ax.text(j, i, "–", ha="center", va="center", fontsize=9, color="#666666")
+                continue
+            strong = abs(cell.value - center) > 0.6 * dev
+            ax.text(j, i, f"{cell.value:.3f}{'*' if cell.star else ''}", ha="center", va="center", fontsize=9,
+                    color="white" if strong else "black")
+    for i, j in diagonal or ():
+        ax.add_patch(Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, edgecolor="black", linewidth=1.8))
+    ax.set_xticks(range(len(cols)), cols, rotation=30 if len(cols) > 4 else 0, ha="right" if len(cols) > 4 else "center")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(_wrap(title, width), fontsize=11)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="speedup (1 = same as baseline)")
+    return png(fig)
+
+
+def matrices(labels: Sequence[str], panels: Sequence[tuple[str, list[list[float | None]], bool]], *, title: str) -> bytes:
+    """Symmetric profile-comparison matrices on 0..1, side by side, one panel per (title, values, is_similarity):
+    similarities (cosines) dark where low, distances dark where high."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    n = len(labels)
+    side = min(6.0, max(3.4, 1.5 + 0.42 * n))
+    fig = _figure((side + 0.9) * len(panels), side + 0.9)
+    for k, (name, values, similarity) in enumerate(panels):
+        m = np.array([[np.nan if v is None else float(v) for v in row] for row in values])
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        cmap = colormaps["viridis" if similarity else "magma_r"].with_extremes(bad="#dddddd")
+        im = ax.imshow(np.ma.masked_invalid(m), vmin=0.0, vmax=1.0, cmap=cmap)
+        for i in range(n):
+            for j in range(n):
+                v = m[i, j]
+                dark = not np.isnan(v) and ((v < 0.5) if similarity else (v > 0.5))
+                ax.text(j, i, "–" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=8 if n > 6 else 9,
+                        color="white" if dark else "black")
+        ax.set_xticks(range(n), labels, rotation=45, ha="right")
+        ax.set_yticks(range(n), labels if k == 0 else [])
+        ax.set_title(_wrap(name, side + 0.9), fontsize=10)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+    fig.suptitle(title, fontsize=11)
+    return png(fig)
+
+
+def _wrap(text: str, inches: float, points: float = 11) -> str:
+    """Break a title into lines that fit `inches` (about 0.55 em per character)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(20, int(inches * 72 / (0.55 * points)))))

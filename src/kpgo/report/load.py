@@ -1,0 +1,96 @@
+"""What a run directory holds, read once and checked just enough that the sections can trust it.
+
+RUN_DIR/run.json (kpgo run), RUN_DIR/bench/results.json (schema 2: every kernel x workload of one interleaved
+bench), RUN_DIR/studies/sensitivity/results.json (same schema), RUN_DIR/profiles/NAME (fixed profiles) and
+RUN_DIR/builds/LABEL (kernel builds). Everything but one of the two JSON files is optional."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kpgo.errors import UserError
+
+RESULTS_SCHEMA = 2
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    run: dict[str, Any] | None  # run.json
+    results: dict[str, Any] | None  # bench/results.json
+    sensitivity: dict[str, Any] | None  # studies/sensitivity/results.json
+
+    @property
+    def baseline(self) -> str:
+        return str((self.results or {}).get("baseline") or "vanilla")
+
+    def build_dir(self, label: str) -> Path:
+        """Where a kernel's build lives: RUN_DIR/builds/LABEL (the run directory may have moved since the bench),
+        else where the bench recorded it."""
+        own = self.run_dir / "builds" / label
+        if own.is_dir():
+            return own
+        for res in (self.results, self.sensitivity):
+            k = ((res or {}).get("kernels") or {}).get(label) or {}
+            if k.get("build_dir") and Path(k["build_dir"]).is_dir():
+                return Path(k["build_dir"])
+        return self.run_dir / "builds" / label
+
+    def workload_names(self) -> list[str]:
+        names = list(((self.results or {}).get("workloads") or {}))
+        return names + [n for n in ((self.run or {}).get("workloads") or {}) if n not in names]
+
+
+def read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """A JSON object from `path`, None when the file does not exist; anything else unreadable is a UserError."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", "check the path and permissions") from None
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{path} is not valid JSON ({e})", f"re-run the step that writes {what}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path} does not hold a JSON object", f"re-run the step that writes {what}")
+    return obj
+
+
+def check_results(res: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Bench results of the one shape the report understands (schema 2), with the keys every section uses."""
+    if res.get("schema") != RESULTS_SCHEMA:
+        raise UserError(f"{path} has schema {res.get('schema', 1)}; the report reads schema {RESULTS_SCHEMA}",
+                        "re-run `kpgo run` (or `kpgo bench`) with this kpgo; finished boots are reused")
+    wls = res.get("workloads")
+    if not isinstance(wls, dict) or not isinstance(res.get("baseline"), str):
+        raise UserError(f"{path} has no 'workloads' or 'baseline'", "re-run the bench that wrote it")
+    for name, w in wls.items():
+        rows = w.get("summary") if isinstance(w, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "kernel" in r for r in rows):
+            raise UserError(f"{path}: workload {name} has no summary rows", "re-run the bench that wrote it")
+    return res
+
+
+def load(run_dir: Path) -> RunData:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        what = "is not a directory" if run_dir.exists() else "does not exist"
+        raise UserError(f"run directory {run_dir} {what}", "give the directory of a `kpgo run` (its --dir)")
+    run = read_json(run_dir / "run.json", "run.json (`kpgo run`)")
+    rpath = run_dir / "bench" / "results.json"
+    results = read_json(rpath, "bench/results.json (`kpgo run` or `kpgo bench`)")
+    if results is not None:
+        check_results(results, rpath)
+    spath = run_dir / "studies" / "sensitivity" / "results.json"
+    sens = read_json(spath, "the sensitivity study")
+    if sens is not None:
+        check_results(sens, spath)
+    if run is None and results is None:
+        raise UserError(f"{run_dir} has neither run.json nor bench/results.json",
+                        "give the directory of a `kpgo run` (its --dir) after it finished")
+    return RunData(run_dir=run_dir, run=run, results=results, sensitivity=sens)

@@ -1,0 +1,649 @@
+"""The report's sections, each from the data of a run directory: a Section when its data exist, else a Skipped
+naming what is missing. Numbers come from results.json as the bench computed them (the report recomputes nothing
+but the kernel-share means over boots); docs/REPORT.md says what each section shows."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from kpgo.report import figures, measure
+from kpgo.report import model as m
+from kpgo.report.figures import Cell
+from kpgo.report.load import RunData
+from kpgo.report.model import Figure, Section, Skipped, Table
+
+UNIVERSAL = ("universal-raw", "universal-norm")
+SIM_COUNTS = (("insns", "instructions/op"), ("l1i_misses", "L1i misses/op"), ("itlb_misses", "iTLB misses/op"))
+SIM_SHARES = (("kernel_insn_share", "instructions"), ("kernel_l1i_share", "L1i misses"), ("kernel_itlb_share", "iTLB misses"))
+STAR = "* the 95% CI includes 1.0: no difference shown at this sample size."
+
+
+class Context:
+    """What every section builder gets: the run's data, the output directory (profile cache) and lazily computed
+    profile analyses shared by sections 7 and 9."""
+
+    def __init__(self, data: RunData, out_dir: Path) -> None:
+        self.data = data
+        self.out_dir = out_dir
+        self._analysis: Any = None
+        self._nm: dict[Path, Any] = {}
+
+    def analysis(self) -> Any:
+        from kpgo.report import profiles
+
+        if self._analysis is None:
+            profs = profiles.fixed_profiles(self.data.run_dir, self.data.workload_names())
+            build = self.data.run_dir / "builds" / "instrumented"
+            self._analysis = profiles.analyze(profs, build, self.out_dir) if profs and build.is_dir() else False
+        return self._analysis or None
+
+    def sizes(self, vmlinux: Path) -> Any:
+        """nm sizes of a vmlinux (or the error text), once per file."""
+        from kpgo.errors import KpgoError
+        from kpgo.report import profiles
+
+        if vmlinux not in self._nm:
+            try:
+                self._nm[vmlinux] = profiles.text_sizes(vmlinux) if vmlinux.is_file() else f"no {vmlinux}"
+            except KpgoError as e:
+                self._nm[vmlinux] = str(e)
+        return self._nm[vmlinux]
+
+
+def kernel_order(res: dict[str, Any]) -> list[str]:
+    """Baseline, then the app-specific kernels in workload order, then the rest as they first appear."""
+    seen: list[str] = [res["baseline"]]
+    for w in res["workloads"].values():
+        for k in list(w.get("kernels") or []) + [r["kernel"] for r in w["summary"]]:
+            if k not in seen:
+                seen.append(k)
+    own = [f"optimized-{w}" for w in res["workloads"] if f"optimized-{w}" in seen]
+    return [seen[0]] + own + [k for k in seen[1:] if k not in own]
+
+
+def rows_by_kernel(w: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["kernel"]: r for r in w["summary"]}
+
+
+def speedup_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row with 'ratio' meaning the speedup (> 1 better), whichever key the bench filled."""
+    return {**row, "ratio": row.get("speedup", row.get("ratio"))}
+
+
+def _kv_table(caption: str, rows: list[tuple[str, Any]]) -> Table:
+    return Table(caption, ["", ""], [[k, "–" if v is None or v == "" else str(v)] for k, v in rows], [False, False])
+
+
+# -- 1. header -----------------------------------------------------------------------------------------------------
+
+
+def header(ctx: Context) -> Section | Skipped:
+    d = ctx.data
+    res, run = d.results, d.run
+    kern = dict((run or {}).get("kernel") or {})
+    releases = sorted({k.get("kernel_release") for k in ((res or {}).get("kernels") or {}).values() if k.get("kernel_release")})
+    kern.setdefault("version", ", ".join(releases) or None)
+    host = dict((res or {}).get("host") or (run or {}).get("host") or {})
+    accel = measure.accelerator(res, run)
+    sim = ((res or {}).get("measurement") or {}).get("sim")
+    blocks: list[Any] = [
+        _kv_table("Kernel", [("version", kern.get("version")), ("base config", kern.get("config")), ("source", kern.get("source"))]),
+        _kv_table("Host", [("CPU", host.get("cpu")), ("accelerator", accel), ("QEMU", host.get("qemu")),
+                           ("host kernel", host.get("host_kernel")), ("gcc", host.get("gcc"))]),
+    ]
+    data: dict[str, Any] = {"kernel": kern, "host": host, "accelerator": accel}
+    if res is not None:
+        des = dict(res.get("design") or {})
+        seq = des.pop("sequence", None) or []
+        order = des.get("order") or "–"
+        if des.get("order_name") and des["order_name"] not in str(order):
+            order = f"{order} [{des['order_name']}]"
+        blocks.append(_kv_table("Design (bench/results.json)", [
+            ("baseline", res["baseline"]), ("order", order), ("seed", des.get("seed")),
+            ("boots per kernel and workload", des.get("boots_per_kernel")), ("runs per boot", des.get("runs_per_boot")),
+            ("warm-up discarded", None if "warmup_per_boot" not in des else "yes, every boot" if des["warmup_per_boot"] else "no"),
+            ("unit of replication", des.get("unit_of_replication")), ("boots in total", len(seq) or None),
+            ("clock", (res.get("measurement") or {}).get("clock")),
+            ("simulated counters", measure.sim_model(res) if sim else "none"),
+        ]))
+        kernels = res.get("kernels") or {}
+        blocks.append(Table("Kernels compared", ["label", "variant", "release", "build directory"],
+                            [[k, str((kernels.get(k) or {}).get("variant", "–")), str((kernels.get(k) or {}).get("kernel_release", "–")),
+                              str((kernels.get(k) or {}).get("build_dir", "–"))] for k in kernel_order(res)],
+                            [False] * 4))
+        data |= {"design": des | {"boots_total": len(seq)}, "measurement": res.get("measurement"), "baseline": res["baseline"],
+                 "kernels": kernels}
+    wl_rows = []
+    wl_data: dict[str, Any] = {}
+    for name in d.workload_names():
+        w = ((res or {}).get("workloads") or {}).get(name) or ((run or {}).get("workloads") or {}).get(name) or {}
+        hib = w.get("higher_is_better")
+        wl_rows.append([name, str(w.get("unit", "–")), "–" if hib is None else ("higher" if hib else "lower"),
+                        json.dumps(w.get("params") or {}, sort_keys=True)])
+        wl_data[name] = {"unit": w.get("unit"), "higher_is_better": hib, "params": w.get("params")}
+    if wl_rows:
+        blocks.append(Table("Workloads", ["workload", "unit", "better", "parameters"], wl_rows, [False] * 4))
+    data["workloads"] = wl_data
+    if res is not None and res.get("note"):
+        blocks.append(str(res["note"]))
+        data["note"] = res["note"]
+    how = f"Guests under {accel}" if accel != "bare metal" else "Bare metal"
+    how += "; wall-clock throughput" + ("; simulated counters" if sim else "") if res is not None else "; no bench results"
+    return Section("header", 1, "Run", how + ".", blocks, data)
+
+
+# -- 2. speedup ----------------------------------------------------------------------------------------------------
+
+
+def speedup(ctx: Context) -> Section | Skipped:
+    res = ctx.data.results
+    if res is None:
+        return Skipped("speedup", 2, "Speedup", "no bench/results.json")
+    base = res["baseline"]
+    order = kernel_order(res)
+    series = order[1:]
+    how = measure.wall(res, ctx.data.run)
+    accel = measure.short_accelerator(res, ctx.data.run)
+    blocks: list[Any] = []
+    if accel == "QEMU TCG" and measure.has_sim(res):
+        blocks.append("Guests ran under QEMU TCG: these wall-clock ratios are indicative only; the simulated counters "
+                      "(section 3) are the headline on this machine.")
+    rows = []
+    cells: dict[tuple[str, str], Cell] = {}
+    for name, w in res["workloads"].items():
+        byk = rows_by_kernel(w)
+        for k in order:
+            r = byk.get(k)
+            if r is None:
+                continue
+            s = speedup_of(r)
+            rows.append([name, str(w.get("unit", "")), k, str(r.get("n", "–")), m.num(r.get("mean")), m.num(r.get("sd")),
+                         m.pct(r.get("cv")), "1 (baseline)" if k == base else m.ratio_ci(s)])
+            c = Cell.of(s)
+            if k != base and c is not None:
+                cells[(name, k)] = c
+    blocks.append(Table(f"Throughput per kernel and speedup over {base} with 95% CI. {how}",
+                        ["workload", "unit", "kernel", "boots", "mean", "sd", "cv", "speedup [95% CI]"], rows,
+                        [False, False, False, True, True, True, True, True]))
+    geo = res.get("geomean") or {}
+    groups = list(res["workloads"])
+    if geo:
+        grows = []
+        for k in [k for k in order if k in geo] + [k for k in geo if k not in order]:
+            g = speedup_of(geo[k] | {"ratio": geo[k].get("speedup")})
+            grows.append([k, m.ratio_ci(g), str(len(g.get("workloads") or [])), ", ".join(g.get("workloads") or [])])
+            c = Cell.of(g)
+            if c is not None:
+                cells[("geomean", k)] = c
+        groups.append("geomean")
+        blocks.append(Table(f"Geometric mean of speedups across workloads, CI by resampling each workload's boots. {how}",
+                            ["kernel", "geomean speedup [95% CI]", "workloads", "which"], grows, [False, True, True, False]))
+    blocks.append(STAR + " Speedup = ratio of means oriented so that > 1 is better (for a lower-is-better workload, "
+                  f"{base}'s mean over the kernel's).")
+    if series and cells:
+        png = figures.bar_chart(groups, series, cells, title=f"Speedup over {base} ({accel}, wall-clock)",
+                                ylabel=f"speedup over {base} (> 1 better)", separate_last=bool(geo))
+        blocks.insert(len(blocks) - 1, Figure(
+            "speedup", f"Speedup of each kernel over {base} per workload and geometric mean (bars start at 1.0; whiskers: "
+            f"95% CI; * the CI includes 1.0: no difference shown). {how}",
+            f"Bar chart: speedup over {base} per workload with 95% CIs, wall-clock throughput {measure.under(res, ctx.data.run)}", png))
+    data = {"baseline": base, "workloads": {n: {"unit": w.get("unit"), "higher_is_better": w.get("higher_is_better"),
+                                                "summary": w["summary"]} for n, w in res["workloads"].items()},
+            "geomean": geo}
+    return Section("speedup", 2, "Speedup", how, blocks, data)
+
+
+# -- 3. simulated counters -----------------------------------------------------------------------------------------
+
+
+def simulated(ctx: Context) -> Section | Skipped:
+    res = ctx.data.results
+    if res is None:
+        return Skipped("sim", 3, "Simulated counters", "no bench/results.json")
+    if not measure.has_sim(res):
+        return Skipped("sim", 3, "Simulated counters", "the bench recorded no simulated counters")
+    base = res["baseline"]
+    how = measure.sim(res, ctx.data.run)
+    order = kernel_order(res)
+    series = [k for k in order[1:] if any(k in (w.get("sim") or {}) for w in res["workloads"].values())]
+    blocks: list[Any] = []
+    headline = []
+    for name, w in res["workloads"].items():
+        own = (w.get("sim") or {}).get(f"optimized-{name}")
+        if own:
+            parts = [f"{label} ×{m.ratio_ci(own[f'kernel_{c}_per_op'])}" for c, label in
+                     (("insns", "instructions"), ("l1i_misses", "L1i misses"), ("itlb_misses", "iTLB misses")) if own.get(f"kernel_{c}_per_op")]
+            headline.append(f"{name} on optimized-{name}: kernel " + ", ".join(parts))
+    if headline:
+        blocks.append("Per operation, the app-specific kernel relative to " + base + " (< 1: fewer events): "
+                      + "; ".join(headline) + ".")
+    panels = []
+    for side in ("kernel", "user"):
+        metrics = [(f"{side}_{c}_per_op", label) for c, label in SIM_COUNTS]
+        present = [(k, label) for k, label in metrics
+                   if any(k in mm for w in res["workloads"].values() for mm in (w.get("sim") or {}).values())]
+        if not present:
+            continue
+        header = ["workload", "kernel"]
+        for _, label in present:
+            header += [f"{side} {label}", "ratio [95% CI]"]
+        rows = []
+        for name, w in res["workloads"].items():
+            sim = w.get("sim") or {}
+            for k in [k for k in order if k in sim]:
+                row = [name, k]
+                for key, _ in present:
+                    v = sim[k].get(key) or {}
+                    row += [m.num(v.get("mean")), "1 (baseline)" if k == base else (m.ratio_ci(v) if v else "–")]
+                rows.append(row)
+        blocks.append(Table(f"{side.capitalize()}-mode events per operation and ratio to {base} (< 1: fewer). {how}",
+                            header, rows, [False, False] + [True] * (2 * len(present))))
+        for key, label in present:
+            cells = {(name, k): c for name, w in res["workloads"].items() for k, mm in (w.get("sim") or {}).items()
+                     if k != base and (c := Cell.of(mm.get(key))) is not None}
+            panels.append((f"{side} {label}", cells))
+    blocks.append(STAR)
+    if panels and series:
+        accel = measure.short_accelerator(res, ctx.data.run)
+        png = figures.bar_panels(panels, list(res["workloads"]), series,
+                                 title=f"Simulated events per operation relative to {base} (< 1 = fewer)", ylabel=f"ratio to {base}")
+        blocks.insert(len(blocks) - 1, Figure(
+            "sim", f"Ratio to {base} of simulated kernel and user instructions, L1i misses and iTLB misses per operation "
+            f"(bars start at 1.0; < 1 = fewer; whiskers: 95% CI; * the CI includes 1.0). {how}",
+            f"Bar charts: simulated counters per operation relative to {base} (simulated, not wall-clock; guests under {accel})", png))
+    data = {"baseline": base, "measurement": res.get("measurement"),
+            "workloads": {n: w.get("sim") for n, w in res["workloads"].items() if w.get("sim")}}
+    return Section("sim", 3, "Simulated counters", how, blocks, data)
+
+
+# -- 4. universal vs app-specific vs vanilla -----------------------------------------------------------------------
+
+
+def universal(ctx: Context) -> Section | Skipped:
+    title = "Universal vs app-specific"
+    res = ctx.data.results
+    if res is None:
+        return Skipped("universal", 4, title, "no bench/results.json")
+    base = res["baseline"]
+    order = kernel_order(res)
+    unis = [u for u in UNIVERSAL if u in order]
+    own = [w for w in res["workloads"] if f"optimized-{w}" in rows_by_kernel(res["workloads"][w])]
+    if not unis or not own:
+        return Skipped("universal", 4, title, "no universal-raw/universal-norm kernels" if not unis
+                       else "no optimized-<workload> kernel measured on its workload")
+    how = measure.wall(res, ctx.data.run)
+    series = ["app-specific"] + unis
+    cells: dict[tuple[str, str], Cell] = {}
+    rows = []
+    data: dict[str, Any] = {}
+    for name, w in res["workloads"].items():
+        byk = rows_by_kernel(w)
+        picks = {"app-specific": byk.get(f"optimized-{name}")} | {u: byk.get(u) for u in unis}
+        if not any(picks.values()):
+            continue
+        rows.append([name, f"optimized-{name}" if picks["app-specific"] else "–"]
+                    + [m.ratio_ci(speedup_of(r)) if r else "–" for r in picks.values()])
+        data[name] = {s: r for s, r in picks.items() if r}
+        for s, r in picks.items():
+            c = Cell.of(speedup_of(r)) if r else None
+            if c is not None:
+                cells[(name, s)] = c
+    geo = res.get("geomean") or {}
+    if any(u in geo for u in unis):
+        rows.append(["geomean", "–"] + ["–"] + [m.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis])
+    accel = measure.short_accelerator(res, ctx.data.run)
+    groups = list(data)
+    png = figures.bar_chart(groups, series, cells, title=f"App-specific and universal profiles, speedup over {base} ({accel}, wall-clock)",
+                            ylabel=f"speedup over {base} (> 1 better)")
+    blocks: list[Any] = [
+        "App-specific: the kernel optimized with the profile of the workload itself (optimized-<workload>). Universal: "
+        "one kernel for all, optimized with the merged profiles of every workload (universal-raw: counters added as "
+        "collected; universal-norm: each profile scaled to the same total first).",
+        Figure("universal", f"Speedup over {base} per workload of the app-specific kernel and the universal kernels "
+               f"(bars start at 1.0; whiskers: 95% CI; * the CI includes 1.0). {how}",
+               f"Bar chart: app-specific vs universal kernels, speedup over {base}, wall-clock throughput {measure.under(res, ctx.data.run)}", png),
+        Table(f"Speedup over {base} [95% CI]. {how}", ["workload", "app-specific kernel", "app-specific"] + unis, rows,
+              [False, False] + [True] * (1 + len(unis))),
+        STAR,
+    ]
+    return Section("universal", 4, title, how, blocks, {"baseline": base, "workloads": data,
+                                                        "geomean": {u: geo[u] for u in unis if u in geo}})
+
+
+# -- 5./6. heatmaps of kernels optimized for one workload measured on another ---------------------------------------
+
+
+def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str, number: int, title: str,
+                    rows: list[str], cols: list[str], diag: Callable[[str, str], bool], what: str) -> Section:
+    base = res["baseline"]
+    how = measure.wall(res, run)
+    accel = measure.short_accelerator(res, run)
+    cells: dict[tuple[int, int], Cell] = {}
+    trows = []
+    grid: list[list[dict[str, Any] | None]] = []
+    for i, k in enumerate(rows):
+        trow = [k]
+        grow: list[dict[str, Any] | None] = []
+        for j, wl in enumerate(cols):
+            r = rows_by_kernel(res["workloads"][wl]).get(k)
+            s = speedup_of(r) if r else None
+            grow.append(s)
+            trow.append(m.ratio_ci(s) if s else "–")
+            c = Cell.of(s)
+            if c is not None:
+                cells[(i, j)] = c
+        trows.append(trow)
+        grid.append(grow)
+    diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
+    png = figures.heatmap(rows, cols, cells, title=f"{title}: speedup over {base} ({accel}, wall-clock)",
+                          xlabel="workload measured", ylabel="kernel (profile of)", diagonal=diagonal)
+    blocks: list[Any] = [
+        what,
+        Figure(ident, f"Speedup over {base} of each kernel (rows) on each workload (columns); framed: the kernel on the "
+               f"workload it was optimized for; * the 95% CI includes 1.0; – not measured. {how}",
+               f"Heatmap: {title.lower()}, speedup over {base}, wall-clock throughput {measure.under(res, run)}", png),
+        Table(f"Speedup over {base} [95% CI], kernel (row) on workload (column). {how}", ["kernel"] + cols, trows,
+              [False] + [True] * len(cols)),
+        STAR,
+    ]
+    return Section(ident, number, title, how, blocks, {"baseline": base, "rows": rows, "cols": cols, "cells": grid})
+
+
+def cross(ctx: Context) -> Section | Skipped:
+    title = "Cross-application"
+    res = ctx.data.results
+    if res is None:
+        return Skipped("cross", 5, title, "no bench/results.json")
+    wls = list(res["workloads"])
+    rows = [f"optimized-{a}" for a in wls if any(f"optimized-{a}" in rows_by_kernel(w) for w in res["workloads"].values())]
+    off = any(k != f"optimized-{b}" and k in rows_by_kernel(res["workloads"][b]) for k in rows for b in wls)
+    if not off:
+        return Skipped("cross", 5, title, "no kernel optimized for one workload was measured on another")
+    return _matrix_section(res, ctx.data.run, "cross", 5, title, rows, wls, lambda k, b: k == f"optimized-{b}",
+                           "Each kernel optimized with one workload's profile (rows), measured on every workload "
+                           "(columns): how well a profile carries over to other applications.")
+
+
+def sensitivity(ctx: Context) -> Section | Skipped:
+    title = "Workload sensitivity"
+    res = ctx.data.sensitivity
+    if res is None:
+        return Skipped("sensitivity", 6, title, "no studies/sensitivity/results.json")
+    cols = sorted(res["workloads"], key=_natural)
+    kernels = kernel_order(res)[1:]
+    if not kernels:
+        return Skipped("sensitivity", 6, title, "the study measured only its baseline kernel")
+
+    def own(k: str, c: str) -> bool:  # `kpgo study sensitivity` labels optimized-<workload>@<variant>
+        return k == f"optimized-{c}" or ("@" in c and k == f"optimized-{c.partition('@')[2]}")
+
+    rank = {k: min((j for j, c in enumerate(cols) if own(k, c)), default=len(cols)) for k in kernels}
+    rows = sorted(kernels, key=lambda k: (rank[k], kernels.index(k)))
+    return _matrix_section(res, ctx.data.run, "sensitivity", 6, title, rows, cols, own,
+                           "Kernels optimized with profiles of one workload under different settings (rows), measured "
+                           "under each setting (columns: <workload>@<setting>): how much the profile depends on the "
+                           "workload's parameters. From studies/sensitivity/results.json.")
+
+
+def _natural(text: str) -> list[Any]:
+    """Sort key that puts clients-8 before clients-64."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text) if t]
+
+
+# -- 7. profile similarity -----------------------------------------------------------------------------------------
+
+SIMILARITY = {
+    "function_cosine": ("Cosine similarity of function execution counts", True),
+    "branch_cosine": ("Cosine similarity of branch execution counts", True),
+    "taken_l0": ("L0 of taken-probability differences (share of common branches differing by more than the threshold)", False),
+    "taken_l1": ("L1 of taken-probability differences (mean absolute difference)", False),
+    "taken_l2": ("L2 of taken-probability differences (root mean square)", False),
+}
+
+
+def _profile_how(ctx: Context) -> str:
+    from kpgo.report import profiles
+
+    # Where the profiles were collected: their own profile.json says; else the run's accelerator.
+    accels = set()
+    for d in profiles.fixed_profiles(ctx.data.run_dir).values():
+        try:
+            accels.add(json.loads((d / "profile.json").read_text()).get("accelerator"))
+        except (OSError, ValueError, AttributeError):
+            accels.add(None)
+    where = (measure.guests({"measurement": {"accelerator": accels.pop()}}) if len(accels) == 1 and None not in accels
+             else measure.guests(ctx.data.results, ctx.data.run))
+    return ("Measured: execution counts from each profile's gcov arc counters (counts, not time), collected with the "
+            f"instrumented kernel {where}, with function and branch structure from the instrumented build's .gcno files.")
+
+
+def similarity(ctx: Context) -> Section | Skipped:
+    from kpgo.report import profiles
+
+    title = "Profile similarity"
+    profs = profiles.fixed_profiles(ctx.data.run_dir, ctx.data.workload_names())
+    if len(profs) < 2:
+        return Skipped("similarity", 7, title, f"{len(profs)} fixed profile(s) in profiles/, 2 needed")
+    if not (ctx.data.run_dir / "builds" / "instrumented").is_dir():
+        return Skipped("similarity", 7, title, "no builds/instrumented (its .gcno files are needed)")
+    a = ctx.analysis()
+    if a is None or a.similarity is None:
+        return Skipped("similarity", 7, title, (a.similarity_error if a else None) or "the profiles could not be compared")
+    sim = a.similarity
+    names = sim["names"]
+    how = _profile_how(ctx)
+    blocks: list[Any] = [
+        f"Pairwise comparison of the {len(names)} fixed profiles ({', '.join(names)}) as in \"One Profile Fits All\": "
+        "cosines of function and branch execution-count vectors (1 = same distribution), and L0/L1/L2 norms of the "
+        f"differences in taken probability of two-way branches executed in both profiles (0 = same; L0 threshold "
+        f"{sim.get('l0_threshold')}). Definitions: docs/PROFILES.md."
+        + (" (From the cache in the report directory: the profiles are unchanged.)" if a.cached else "")]
+    mats = sim.get("matrices") or {}
+    groups: tuple[tuple[str, tuple[str, ...], str], ...] = (
+        ("similarity-cosine", ("function_cosine", "branch_cosine"), "cosine similarity (1 = same)"),
+        ("similarity-taken", ("taken_l0", "taken_l1", "taken_l2"), "taken-probability distances (0 = same)"))
+    for fid, wanted, what in groups:
+        keys = [k for k in wanted if mats.get(k) is not None]
+        if not keys:
+            continue
+        png = figures.matrices(names, [(SIMILARITY[k][0].split(" (")[0], mats[k], SIMILARITY[k][1]) for k in keys],
+                               title=f"Profile {what}")
+        blocks.append(Figure(fid, "; ".join(SIMILARITY[k][0] for k in keys) + f". {how}",
+                             f"Heatmaps: profile {what} between workloads (gcov execution counts, not time)", png))
+    present = [k for k in SIMILARITY if mats.get(k) is not None]
+    pairs = [[names[i], names[j]] + ["–" if mats[k][i][j] is None else f"{mats[k][i][j]:.3f}" for k in present]
+             for i in range(len(names)) for j in range(i + 1, len(names))]
+    blocks.append(Table(f"Every pair of profiles. {how}", ["profile", "profile"] + present, pairs,
+                        [False, False] + [True] * len(present)))
+    sizes = sim.get("sizes") or {}
+    blocks.append(f"Compared over {sizes.get('functions', '?')} functions, {sizes.get('branch_arcs', '?')} branch arcs and "
+                  f"{sizes.get('two_way_branches', '?')} two-way branches in {sizes.get('files', '?')} objects.")
+    return Section("similarity", 7, title, how, blocks, sim)
+
+
+# -- 8. kernel share -----------------------------------------------------------------------------------------------
+
+
+def _share_values(sample: dict[str, Any]) -> list[float]:
+    v = sample.get("kernel_share")
+    vals = v if isinstance(v, list) else [v]
+    return [float(x) for x in vals if isinstance(x, (int, float)) and not math.isnan(float(x))]
+
+
+def kernel_share(ctx: Context) -> Section | Skipped:
+    import numpy as np
+
+    from kpgo.report import load
+
+    title = "Kernel share"
+    path = ctx.data.run_dir / "studies" / "share" / "results.json"
+    study = load.read_json(path, "the kernel-share study (`kpgo study share`)")
+    res = load.check_results(study, path) if study is not None else ctx.data.results
+    source = "studies/share/results.json" if study is not None else "bench/results.json"
+    if res is None:
+        return Skipped("kernel_share", 8, title, "no bench/results.json or studies/share/results.json")
+    base = res["baseline"]
+    with_sim = measure.has_sim(res)
+    rows = []
+    data: dict[str, Any] = {}
+    for name, w in res["workloads"].items():
+        boots = [_share_values(s) for s in res.get("samples") or [] if s.get("kernel") == base and s.get("workload") == name]
+        per_boot = [float(np.mean(b)) for b in boots if b]  # the boot is the unit: average its runs first
+        simb = ((w.get("sim") or {}).get(base) or {})
+        if not per_boot and not simb:
+            continue
+        d: dict[str, Any] = {"cpu_time": float(np.mean(per_boot)) if per_boot else None,
+                             "cpu_time_sd": float(np.std(per_boot, ddof=1)) if len(per_boot) > 1 else None, "boots": len(per_boot)}
+        row = [name, m.pct(d["cpu_time"]), m.pct(d["cpu_time_sd"]), str(len(per_boot))]
+        for key, _ in SIM_SHARES:
+            d[key] = (simb.get(key) or {}).get("mean")
+            if with_sim:
+                row.append(m.pct(d[key]))
+        rows.append(row)
+        data[name] = d
+    if not rows:
+        return Skipped("kernel_share", 8, title, f"the samples of {source} carry no kernel_share")
+    accel = measure.accelerator(res, ctx.data.run)
+    how = (f"Measured on the baseline kernel ({base}), from {source}: share of guest CPU time spent in the kernel "
+           "(system + irq + softirq over user + nice + those, from the guest's /proc/stat over the measured window), "
+           f"{measure.guests(res, ctx.data.run)}"
+           + ("; shares of simulated instructions, L1i misses and iTLB misses executed in kernel mode (simulated counters, "
+              f"not wall-clock: {measure.sim_model(res)})" if with_sim else "")
+           + "; mean over boots.")
+    header = ["workload", "kernel share of CPU time", "sd over boots", "boots"]
+    if with_sim:
+        header += [f"kernel share of {label} (sim)" for _, label in SIM_SHARES]
+    blocks: list[Any] = [
+        "How much of each workload runs in the kernel, the part a kernel profile can speed up (the characterization "
+        "of \"One Profile Fits All\")."
+        + (" Guest CPU-time accounting under QEMU TCG counts emulated time." if "TCG" in accel else ""),
+        Table(f"Kernel share per workload on {base}. {how}", header, rows, [False] + [True] * (len(header) - 1)),
+    ]
+    return Section("kernel_share", 8, title, how, blocks, {"baseline": base, "source": source, "workloads": data})
+
+
+# -- 9. code size and top functions --------------------------------------------------------------------------------
+
+
+def code_size(ctx: Context) -> Section | Skipped:
+    from kpgo.report import profiles
+
+    title = "Code size and top functions"
+    d = ctx.data
+    builds = _build_order((d.run or {}).get("builds") or {}, d)
+    profs = profiles.fixed_profiles(d.run_dir, d.workload_names())
+    instr = d.run_dir / "builds" / "instrumented"
+    if not builds and not (profs and instr.is_dir()):
+        return Skipped("code_size", 9, title, "no builds in run.json and no profiles with builds/instrumented")
+    base = d.baseline
+    blocks: list[Any] = []
+    data: dict[str, Any] = {"builds": {}, "top_functions": {}}
+    if builds:
+        bz = (builds.get(base) or {}).get("sizes") or {}
+        base_total = _code_total(bz)
+        rows = []
+        for label, b in builds.items():
+            z = b.get("sizes") or {}
+            tot = _code_total(z)
+            rows.append([label, m.size(z.get("vmlinux_text")), m.size(z.get("objects_text")), m.size(z.get("text_hot")),
+                         m.size(z.get("text_unlikely")), m.size(tot),
+                         m.ratio(tot / base_total) if tot is not None and base_total else "–"])
+            data["builds"][label] = {"sizes": z, "objects_code_total": tot, "seconds": b.get("seconds")}
+        blocks.append(Table(
+            "Code size of every build in bytes, from the build (vmlinux .text: the linked section; .text, .text.hot and "
+            ".text.unlikely summed over the objects linked into vmlinux — the linker folds hot and unlikely code into "
+            "vmlinux's .text). Measured: static sizes, no run involved.",
+            ["build", "vmlinux .text", "objects' .text", ".text.hot", ".text.unlikely", "objects' code total", f"total vs {base}"],
+            rows, [False] + [True] * 6))
+    how = _profile_how(ctx) + " Function sizes from `nm -S` of each build's vmlinux."
+    a = ctx.analysis() if profs and instr.is_dir() else None
+    if a is not None and a.top_error:
+        blocks.append(f"Top functions not shown: {a.top_error}.")
+    for name, top in (a.top if a else {}).items():
+        if not top:
+            continue
+        opt_label = next((k for k in (f"optimized-{name}", name) if k in builds or (d.run_dir / "builds" / k).is_dir()), None)
+        before = ctx.sizes(d.build_dir(base) / "vmlinux")
+        after = ctx.sizes(d.build_dir(opt_label) / "vmlinux") if opt_label else f"no optimized-{name} build"
+        rows = []
+        out = []
+        for i, f in enumerate(top, 1):
+            b = before.get(f["function"]) if isinstance(before, dict) else None
+            o = after.get(f["function"]) if isinstance(after, dict) else None
+            rows.append([str(i), f["function"], f["object"], f"{f['count']:,}", m.pct(f["share"]),
+                         _sym(b, before), _sym(o, after), (m.size(o.cold) if o.cold else "0") if o else "–"])
+            out.append(f | {"size_before": b.size if b else None, "size_after": o.size if o else None,
+                            "cold_after": o.cold if o else None, "symbols_before": b.symbols if b else None})
+        data["top_functions"][name] = {"optimized_build": opt_label, "functions": out}
+        notes = [f"{what}: {err}" for what, err in ((base, before), (opt_label or "optimized", after)) if isinstance(err, str)]
+        blocks.append(Table(
+            f"Top {len(top)} kernel functions by execution count in the {name} profile, with their size in bytes in "
+            f"{base} (before) and {opt_label or 'the optimized kernel'} (after). {how}",
+            ["#", "function", "object", "executions", "share", f"size in {base}", f"size in {opt_label or 'optimized'}", ".cold part"],
+            rows, [True, False, False, True, True, True, True, True]))
+        if notes:
+            blocks.append("Sizes missing — " + "; ".join(notes) + ".")
+    if data["top_functions"]:
+        blocks.append("Sizes sum the function's symbols (GCC clones such as .isra/.constprop/.part included; '×n': n "
+                      "symbols of that name, e.g. static copies in several objects); the .cold part is code GCC moved "
+                      "out as unlikely; 'inlined' = no symbol of that name (inlined into its callers).")
+    if not blocks:
+        return Skipped("code_size", 9, title, "no build sizes and no top functions")
+    return Section("code_size", 9, title, "Static code sizes of the builds" + ("; " + how[len("Measured: "):] if data["top_functions"] else "."),
+                   blocks, data)
+
+
+def _build_order(builds: dict[str, Any], d: RunData) -> dict[str, Any]:
+    """Baseline, instrumented, the app-specific kernels in workload order, then the rest (run.json's keys are sorted)."""
+    first = [d.baseline, "instrumented"] + [f"optimized-{w}" for w in d.workload_names()]
+    keys = [k for k in first if k in builds] + [k for k in builds if k not in first]
+    return {k: builds[k] for k in keys}
+
+
+def _code_total(z: dict[str, Any]) -> int | None:
+    parts = [z.get(k) for k in ("objects_text", "text_hot", "text_unlikely")]
+    return None if any(p is None for p in parts) else int(sum(parts))  # type: ignore[arg-type]
+
+
+def _sym(s: Any, table: Any) -> str:
+    if not isinstance(table, dict):
+        return "–"
+    if s is None or s.symbols == 0:
+        return "inlined"
+    return m.size(s.size) + (f" ×{s.symbols}" if s.symbols > 1 else "")
+
+
+# -- 10. proof -----------------------------------------------------------------------------------------------------
+
+
+def proof(ctx: Context) -> Section | Skipped:
+    title = "Proof that GCC used the profile"
+    run = ctx.data.run or {}
+    proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
+              if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
+    if not proofs:
+        return Skipped("proof", 10, title, "run.json has no proof" if ctx.data.run else "no run.json")
+    rows = []
+    for n, p in proofs.items():
+        rows.append([n, f"{p.get('objects_used', '–')}/{p.get('objects_nonempty', '–')}", m.pct(p.get("ratio")),
+                     m.pct(p.get("threshold")), str(p.get("functions_read", "–")), str(p.get("functions_giving_up", "–")),
+                     "yes" if p.get("ok") else "no"])
+    how = ("Measured: GCC's own -fdump-ipa-profile dumps of the optimized build, object by object (an object counts as "
+           "used when at least one function read its edge counts and none gave up); no run involved.")
+    blocks: list[Any] = [
+        Table(f"Objects with a non-empty profile whose counts GCC read. {how}",
+              ["profile", "objects used", "ratio", "threshold", "functions read", "functions giving up", "ok"], rows,
+              [False, True, True, True, True, True, False]),
+        "A build below the threshold fails; a changed binary alone proves nothing, since -fprofile-use changes code even "
+        "when every .gcda is ignored.",
+    ]
+    return Section("proof", 10, title, how, blocks, {"workloads": proofs})
+
+
+BUILDERS: list[Callable[[Context], Section | Skipped]] = [
+    header, speedup, simulated, universal, cross, sensitivity, similarity, kernel_share, code_size, proof,
+]

@@ -1,0 +1,649 @@
+/*
+ * kpgosim: simulated CPU counters for a guest under QEMU TCG (plugin API v1, QEMU 7.2 and later).
+ *
+ * Inside windows the guest opens and closes, counts per window, split kernel/user by the guest
+ * virtual address of the code (x86-64: upper canonical half = kernel):
+ *   - guest instructions executed,
+ *   - simulated L1 instruction-cache accesses and misses (set-associative, true LRU),
+ *   - simulated instruction-TLB accesses and misses (set-associative, true LRU).
+ * Every closed window is one record of the JSON report, which is rewritten atomically (tmp +
+ * rename) at each close and at exit. See docs/SIM.md.
+ *
+ * Speed: the work is done once per translated block (TB): its instruction count, side and the
+ * ordered distinct cache lines and pages it spans are precomputed, so each block execution costs
+ * one callback that returns at once outside a window and otherwise replays a few LRU accesses.
+ *
+ * Window markers, plain multi-byte NOPs in any ring and on any x86-64 CPU (plugin or not):
+ *   open : nopl 0x6b706701(%rax)   bytes 0f 1f 80 01 67 70 6b
+ *   close: nopl 0x6b706702(%rax)   bytes 0f 1f 80 02 67 70 6b
+ * QEMU 7.2's plugin API cannot read guest registers, so the markers are recognised by their bytes
+ * at translation time and switched by an instruction callback.
+ *
+ * Arguments (-plugin libkpgosim.so,KEY=VALUE,...):
+ *   out=PATH          JSON report (default: printed through qemu_plugin_outs at exit)
+ *   l1i_size=BYTES    32768 (k/K, m/M suffixes)   l1i_assoc=N 8   l1i_line=BYTES 64
+ *   itlb_entries=N    64    itlb_assoc=N 4    itlb_page=BYTES 4096 (user code)
+ *   itlb_kpage=BYTES  = itlb_page (kernel code; 2M models kernel text on huge pages)
+ *   warm=on|off       off: caches start empty at each window; on: simulated outside windows too
+ *   always=on|off     off: on opens one window at start-up (no markers needed)
+ */
+#include <glib.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <qemu-plugin.h>
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define FORMAT 2
+#define MARK_LEN 7
+#define GUEST_PAGE 4096  /* x86 TARGET_PAGE_SIZE: the translator's unit, not the simulated iTLB page */
+static const uint8_t mark_prefix[] = { 0x0f, 0x1f, 0x80 };
+static const uint8_t mark_suffix[] = { 0x67, 0x70, 0x6b };
+enum { OP_NONE = 0, OP_OPEN = 1, OP_CLOSE = 2 };
+enum { USER = 0, KERNEL = 1 };
+
+/* ---- configuration ---- */
+static struct {
+    uint64_t ic_size, ic_assoc, ic_line;
+    uint64_t tlb_entries, tlb_assoc, tlb_page, tlb_kpage;
+    bool warm, always;
+    char *out;
+} cfg = { 32768, 8, 64, 64, 4, 4096, 0, false, false, NULL };
+
+static unsigned ic_sets, ic_line_shift, tlb_sets, tlb_shift[2];
+
+/* ---- precomputed segments ----
+ * A segment is a block, or the part of a block from a marker on. Its content (counts, lines,
+ * pages) is all an execution needs, so equal contents are interned: retranslating the same code
+ * (TB cache flushes, a second vCPU) reuses the segment and memory stays bounded by distinct code. */
+struct line_ref { uint64_t tag, off; };          /* off: the set's first way in the cache array */
+struct page_ref { uint64_t vtag, htag, off; };    /* off: the set's first way in the TLB array */
+
+struct seg {
+    uint32_t n_insns;
+    uint16_t n_lines, n_pages;
+    uint16_t side, op;
+    uint32_t own_sets; /* each line and each page in a set of its own */
+    uint64_t vaddr;    /* of the first instruction */
+    uint64_t phantom;  /* address of a possibly unexecuted last instruction, or 0 (see tb_trans) */
+    uint64_t data[];  /* n_lines line_refs, then n_pages page_refs; no padding, so bytes hash */
+};
+
+static inline const struct line_ref *seg_lines(const struct seg *s)
+{
+    return (const struct line_ref *)s->data;
+}
+
+static inline const struct page_ref *seg_pages(const struct seg *s)
+{
+    return (const struct page_ref *)(seg_lines(s) + s->n_lines);
+}
+
+static size_t seg_size(const struct seg *s)
+{
+    return sizeof(*s) + s->n_lines * sizeof(struct line_ref) + s->n_pages * sizeof(struct page_ref);
+}
+
+static guint seg_hash(gconstpointer p)
+{
+    const uint8_t *b = p;
+    size_t n = seg_size(p);
+    guint h = 2166136261u; /* FNV-1a: translation time only, not the hot path */
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 16777619u;
+    }
+    return h;
+}
+
+static gboolean seg_equal(gconstpointer a, gconstpointer b)
+{
+    size_t n = seg_size(a);
+    return n == seg_size(b) && !memcmp(a, b, n);
+}
+
+static GHashTable *segs;  /* interned segments (key = value), guarded by segs_lock */
+static GMutex segs_lock;
+static uint64_t translations, seg_bytes;
+
+/* ---- per-vCPU state: touched only by its own vCPU thread, so no lock on the hot path ---- */
+struct counters {
+    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss;
+};
+
+struct tlb_ent { uint64_t v, h; };
+
+struct vcpu {
+    uint32_t gen;          /* window generation the counters belong to */
+    uint64_t phantom;      /* the last block's phantom (see tb_trans) */
+    const struct seg *last;  /* the last segment accounted */
+    struct counters c[2];  /* [USER], [KERNEL] */
+    uint64_t *ic;          /* ic_sets * assoc tags, MRU first, 0 = empty */
+    struct tlb_ent *tlb;   /* tlb_sets * assoc, MRU first, h == 0 = empty */
+} __attribute__((aligned(64)));  /* own cache line: no false sharing between vCPU threads */
+
+static struct vcpu *vcpus;
+static int n_vcpus;
+
+/* ---- windows: generation odd = open; changed under win_lock only ---- */
+static uint32_t window_gen;
+static GMutex win_lock;
+static uint64_t opens, dup_opens, stray_closes;
+static struct timespec t_open;
+static GPtrArray *closed_windows;  /* JSON text of each closed window, in order */
+
+/* ---- simulation ----
+ * The MRU way is checked inline; the rest of a set (shift towards LRU) is out of line, so the
+ * per-block path stays short: the plugin's cost is this path times blocks executed. */
+static __attribute__((noinline)) uint64_t ic_lookup_rest(uint64_t *set, unsigned assoc, uint64_t tag)
+{
+    uint64_t prev = set[0];
+    for (unsigned i = 1; i < assoc; i++) {
+        uint64_t cur = set[i];
+        set[i] = prev;
+        if (cur == tag) {
+            set[0] = tag;
+            return 0;
+        }
+        prev = cur;
+    }
+    set[0] = tag;
+    return 1;  /* miss */
+}
+
+static __attribute__((noinline)) uint64_t tlb_lookup_rest(struct tlb_ent *set, unsigned assoc, uint64_t v, uint64_t h)
+{
+    struct tlb_ent prev = set[0];
+    for (unsigned i = 1; i < assoc; i++) {
+        struct tlb_ent cur = set[i];
+        set[i] = prev;
+        if (cur.v == v && cur.h == h) {
+            set[0] = cur;
+            return 0;
+        }
+        prev = cur;
+    }
+    set[0].v = v;
+    set[0].h = h;
+    return 1;  /* miss */
+}
+
+static void reset_vcpu(struct vcpu *vc, uint32_t gen)
+{
+    memset(vc->c, 0, sizeof(vc->c));
+    vc->phantom = 0;
+    vc->last = NULL;
+    if (!cfg.warm) {
+        memset(vc->ic, 0, sizeof(uint64_t) * ic_sets * cfg.ic_assoc);
+        memset(vc->tlb, 0, sizeof(struct tlb_ent) * tlb_sets * cfg.tlb_assoc);
+    }
+    vc->gen = gen;
+}
+
+static __attribute__((noinline)) void account(unsigned vcpu_index, const struct seg *s, uint32_t g)
+{
+    struct vcpu *vc = &vcpus[vcpu_index];
+    if (G_UNLIKELY((g & 1) && vc->gen != g)) {
+        reset_vcpu(vc, g);  /* first block of this vCPU in a new window */
+    }
+    struct counters *c = &vc->c[s->side];
+    c->insns += s->n_insns;
+    c->blocks++;
+    c->ic_acc += s->n_lines;
+    c->tlb_acc += s->n_pages;
+    if (vc->last == s && s->own_sets) {
+        /* The same segment again (a loop of one block): each of its lines and pages is still
+         * the most recent of its set, so every access hits and the LRU order stays as it is. */
+        return;
+    }
+    if (G_UNLIKELY(vc->phantom == s->vaddr) && vc->phantom) {
+        c->insns--;  /* the last block's last instruction runs here instead */
+    }
+    vc->phantom = s->phantom;
+    vc->last = s;
+    const struct line_ref *l = seg_lines(s);
+    uint64_t *ic = vc->ic;
+    for (unsigned i = 0; i < s->n_lines; i++) {
+        uint64_t *set = ic + l[i].off;
+        if (G_UNLIKELY(set[0] != l[i].tag)) {
+            c->ic_miss += ic_lookup_rest(set, cfg.ic_assoc, l[i].tag);
+        }
+    }
+    const struct page_ref *p = seg_pages(s);
+    struct tlb_ent *tlb = vc->tlb;
+    for (unsigned i = 0; i < s->n_pages; i++) {
+        struct tlb_ent *set = tlb + p[i].off;
+        if (G_UNLIKELY(set[0].v != p[i].vtag || set[0].h != p[i].htag)) {
+            c->tlb_miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
+        }
+    }
+}
+
+/* Outside a window (boot, set-up: most of a guest's life) a block costs this test only. */
+static inline void count(unsigned int vcpu_index, const struct seg *s)
+{
+    uint32_t g = __atomic_load_n(&window_gen, __ATOMIC_RELAXED);
+    if ((g & 1) || cfg.warm) {
+        account(vcpu_index, s, g);
+    }
+}
+
+static void tb_exec(unsigned int vcpu_index, void *udata)
+{
+    count(vcpu_index, udata);
+}
+
+/* ---- report ---- */
+static void add_counters(struct counters *a, const struct counters *b)
+{
+    a->insns += b->insns;
+    a->blocks += b->blocks;
+    a->ic_acc += b->ic_acc;
+    a->ic_miss += b->ic_miss;
+    a->tlb_acc += b->tlb_acc;
+    a->tlb_miss += b->tlb_miss;
+}
+
+static void json_counters(GString *s, const char *name, const struct counters *c)
+{
+    g_string_append_printf(s,
+        "\"%s\": {\"insns\": %" PRIu64 ", \"blocks\": %" PRIu64
+        ", \"l1i_accesses\": %" PRIu64 ", \"l1i_misses\": %" PRIu64
+        ", \"itlb_accesses\": %" PRIu64 ", \"itlb_misses\": %" PRIu64 "}",
+        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss);
+}
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* One window's record; called with win_lock held, gen = the window's (odd) generation.
+ * A vCPU still finishing a block may add to its counters after the sum: a handful of blocks. */
+static char *window_json(uint32_t gen, bool closed)
+{
+    struct counters tot[2] = { 0 };
+    GString *s = g_string_new("");
+    g_string_append_printf(s, "{\"index\": %" PRIu64 ", \"closed\": %s, \"seconds\": %.6f, "
+                           "\"duplicate_opens\": %" PRIu64 ", \"per_vcpu\": [",
+                           opens, closed ? "true" : "false", since(&t_open), dup_opens);
+    for (int i = 0; i < n_vcpus; i++) {
+        /* A vCPU that ran no block since the window opened holds an older window's counters. */
+        struct counters zero[2] = { 0 };
+        const struct counters *c = vcpus[i].gen == gen ? vcpus[i].c : zero;
+        add_counters(&tot[USER], &c[USER]);
+        add_counters(&tot[KERNEL], &c[KERNEL]);
+        g_string_append_printf(s, "%s{\"vcpu\": %d, ", i ? ", " : "", i);
+        json_counters(s, "user", &c[USER]);
+        g_string_append(s, ", ");
+        json_counters(s, "kernel", &c[KERNEL]);
+        g_string_append(s, "}");
+    }
+    g_string_append(s, "], ");
+    struct counters all = tot[USER];
+    add_counters(&all, &tot[KERNEL]);
+    json_counters(s, "user", &tot[USER]);
+    g_string_append(s, ", ");
+    json_counters(s, "kernel", &tot[KERNEL]);
+    g_string_append(s, ", ");
+    json_counters(s, "total", &all);
+    g_string_append_printf(s, ", \"kernel_insn_share\": %.6f}",
+                           all.insns ? (double)tot[KERNEL].insns / all.insns : 0.0);
+    return g_string_free(s, FALSE);
+}
+
+/* The whole report: every closed window, plus one still open at exit. Called with win_lock held. */
+static void write_report(const char *open_window)
+{
+    GString *s = g_string_new("");
+    g_string_append_printf(s, "{\"tool\": \"kpgosim\", \"format\": %d,\n", FORMAT);
+    g_string_append_printf(s, " \"config\": {\"l1i_size\": %" PRIu64 ", \"l1i_assoc\": %" PRIu64
+                           ", \"l1i_line\": %" PRIu64 ", \"itlb_entries\": %" PRIu64
+                           ", \"itlb_assoc\": %" PRIu64 ", \"itlb_page\": %" PRIu64
+                           ", \"itlb_kpage\": %" PRIu64 ", \"warm\": %s, \"always\": %s, \"vcpus\": %d},\n",
+                           cfg.ic_size, cfg.ic_assoc, cfg.ic_line, cfg.tlb_entries, cfg.tlb_assoc,
+                           cfg.tlb_page, cfg.tlb_kpage, cfg.warm ? "true" : "false",
+                           cfg.always ? "true" : "false", n_vcpus);
+    g_string_append(s, " \"windows\": [");
+    for (guint i = 0; i < closed_windows->len; i++) {
+        g_string_append_printf(s, "%s\n  %s", i ? "," : "", (char *)g_ptr_array_index(closed_windows, i));
+    }
+    g_string_append_printf(s, "],\n \"open_window\": %s,\n", open_window ? open_window : "null");
+    g_mutex_lock(&segs_lock);
+    g_string_append_printf(s, " \"stray_closes\": %" PRIu64 ", \"translations\": %" PRIu64
+                           ", \"segments\": %u, \"precomputed_bytes\": %" PRIu64 "}\n",
+                           stray_closes, translations, g_hash_table_size(segs), seg_bytes);
+    g_mutex_unlock(&segs_lock);
+
+    if (!cfg.out) {
+        qemu_plugin_outs(s->str);
+    } else {
+        /* tmp + rename: a reader never sees half a report */
+        g_autofree char *tmp = g_strdup_printf("%s.tmp", cfg.out);
+        FILE *f = fopen(tmp, "w");
+        bool ok = f && fwrite(s->str, 1, s->len, f) == s->len;
+        ok = (f && fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, cfg.out) != 0) {
+            g_autofree char *msg = g_strdup_printf("kpgosim: cannot write %s\n", cfg.out);
+            qemu_plugin_outs(msg);
+        }
+    }
+    g_string_free(s, TRUE);
+}
+
+static void window_open(void)
+{
+    g_mutex_lock(&win_lock);
+    if (window_gen & 1) {
+        dup_opens++;  /* nested opens are ignored */
+    } else {
+        opens++;
+        dup_opens = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t_open);
+        __atomic_store_n(&window_gen, window_gen + 1, __ATOMIC_RELEASE);
+    }
+    g_mutex_unlock(&win_lock);
+}
+
+static void window_close(void)
+{
+    g_mutex_lock(&win_lock);
+    if (!(window_gen & 1)) {
+        stray_closes++;
+    } else {
+        uint32_t g = window_gen;
+        /* Close first so the other vCPUs stop counting, then sum. */
+        __atomic_store_n(&window_gen, g + 1, __ATOMIC_RELEASE);
+        g_ptr_array_add(closed_windows, window_json(g, true));
+        write_report(NULL);
+    }
+    g_mutex_unlock(&win_lock);
+}
+
+/* Marker instruction: switch the window, then account the rest of the segment (so the open
+ * marker itself is counted and the close marker is not). */
+static void mark_exec(unsigned int vcpu_index, void *udata)
+{
+    const struct seg *s = udata;
+    if (s->op == OP_OPEN) {
+        window_open();
+    } else {
+        window_close();
+    }
+    count(vcpu_index, s);
+}
+
+/* ---- translation ---- */
+static int marker_op(struct qemu_plugin_insn *insn)
+{
+    if (qemu_plugin_insn_size(insn) != MARK_LEN) {
+        return OP_NONE;
+    }
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    if (memcmp(b, mark_prefix, 3) || memcmp(b + 4, mark_suffix, 3)) {
+        return OP_NONE;
+    }
+    return (b[3] == OP_OPEN || b[3] == OP_CLOSE) ? b[3] : OP_NONE;
+}
+
+/* Host address of the guest code stands for its physical address (QEMU 7.2 gives no guest
+ * physical address for code): only equality matters to LRU, so the simulation does not depend
+ * on its value. Code without RAM backing falls back to the virtual address, top bit set. */
+static uint64_t host_addr(struct qemu_plugin_insn *insn, uint64_t vaddr)
+{
+    void *h = qemu_plugin_insn_haddr(insn);
+    return h ? (uint64_t)(uintptr_t)h : (vaddr | (1ULL << 63));
+}
+
+/* Whether n offsets, each `stride` words after the last, differ (few: quadratic is fine). */
+static bool distinct_offsets(const uint64_t *off, size_t n, size_t stride)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (off[i * stride] == off[j * stride]) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* The interned segment for instructions [first, last) of the block. */
+static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t last, int op, int side,
+                             uint64_t phantom)
+{
+    /* Upper bound: each insn (at most 15 bytes) spans at most 2 lines and 2 pages. */
+    size_t max = 2 * (last - first) + 2;
+    struct seg *s = g_malloc0(sizeof(*s) + max * (sizeof(struct line_ref) + sizeof(struct page_ref)));
+    struct line_ref *lines = (struct line_ref *)s->data;
+    struct page_ref *pages = g_new(struct page_ref, max);
+    size_t nl = 0, np = 0;
+    uint64_t last_line = UINT64_MAX, last_page = UINT64_MAX;
+    unsigned pshift = tlb_shift[side];
+
+    for (size_t i = first; i < last; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        uint64_t v = qemu_plugin_insn_vaddr(insn);
+        uint64_t h = host_addr(insn, v);
+        uint64_t virt_flag = h & (1ULL << 63);
+        uint64_t vend = v + qemu_plugin_insn_size(insn) - 1;
+        /* One access per distinct line/page in execution order: a block looping within a line
+         * is one fetch of it, which changes accesses, not misses. */
+        for (uint64_t ln = v >> ic_line_shift; ln <= vend >> ic_line_shift; ln++) {
+            if (ln == last_line) {
+                continue;
+            }
+            /* Relative to the insn start: an insn crossing a page puts its tail on the next
+             * host page (approximation; such insns are rare). */
+            uint64_t lh = h + ((ln << ic_line_shift) - v);
+            lines[nl].tag = (lh >> ic_line_shift) | virt_flag;
+            lines[nl].off = (ln & (ic_sets - 1)) * cfg.ic_assoc;
+            nl++;
+            last_line = ln;
+        }
+        for (uint64_t pn = v >> pshift; pn <= vend >> pshift; pn++) {
+            if (pn == last_page) {
+                continue;
+            }
+            uint64_t ph = h + ((pn << pshift) - v);
+            pages[np].vtag = pn;
+            pages[np].htag = (ph >> pshift) | virt_flag;
+            pages[np].off = (pn & (tlb_sets - 1)) * cfg.tlb_assoc;
+            np++;
+            last_page = pn;
+        }
+    }
+    s->n_insns = last - first;
+    s->own_sets = distinct_offsets(&lines[0].off, nl, sizeof(*lines) / sizeof(uint64_t)) &&
+                  distinct_offsets(&pages[0].off, np, sizeof(*pages) / sizeof(uint64_t));
+    s->vaddr = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, first));
+    s->phantom = phantom;
+    s->n_lines = nl;
+    s->n_pages = np;
+    s->side = side;
+    s->op = op;
+    memcpy(lines + nl, pages, np * sizeof(*pages));
+    g_free(pages);
+
+    g_mutex_lock(&segs_lock);
+    translations++;
+    struct seg *known = g_hash_table_lookup(segs, s);
+    if (known) {
+        g_free(s);
+        s = known;
+    } else {
+        s = g_realloc(s, seg_size(s));
+        g_hash_table_add(segs, s);
+        seg_bytes += seg_size(s);
+    }
+    g_mutex_unlock(&segs_lock);
+    return s;
+}
+
+static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    /* A block never straddles the halves; the upper canonical half is the kernel's (also with
+     * 5-level paging). */
+    int side = (qemu_plugin_tb_vaddr(tb) >> 63) ? KERNEL : USER;
+    size_t start = 0;
+    int op = OP_NONE;
+
+    /* QEMU 7.2's x86 translator ends a block before an instruction that would leave the block's
+     * first page and runs it first in the next block, but the plugin still sees it as this
+     * block's last, with only its bytes on this page (none when it starts the next page): it
+     * would be counted twice (measured: +1 per page crossed). Such a last instruction ends
+     * exactly at a page boundary; when the next block this vCPU runs starts at its address, it
+     * was not executed here and account() takes it back. (A genuine last instruction ending at
+     * a page boundary, i.e. a branch, is taken back only if it jumps to itself.) */
+    uint64_t phantom = 0;
+    if (n > 1) {
+        struct qemu_plugin_insn *last = qemu_plugin_tb_get_insn(tb, n - 1);
+        uint64_t v = qemu_plugin_insn_vaddr(last);
+        if (!((v + qemu_plugin_insn_size(last)) & (GUEST_PAGE - 1))) {
+            phantom = v;
+        }
+    }
+    for (size_t i = 0; i <= n; i++) {
+        int next_op = OP_NONE;
+        if (i < n) {
+            next_op = marker_op(qemu_plugin_tb_get_insn(tb, i));
+            if (next_op == OP_NONE) {
+                continue;
+            }
+        }
+        /* Segment [start, i) ends here, at a marker or at the block's end. */
+        if (i > start) {
+            struct seg *s = build_seg(tb, start, i, op, side, i == n ? phantom : 0);
+            if (op == OP_NONE) {
+                qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_exec, QEMU_PLUGIN_CB_NO_REGS, s);
+            } else {
+                qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, start),
+                                                       mark_exec, QEMU_PLUGIN_CB_NO_REGS, s);
+            }
+        }
+        start = i;
+        op = next_op;
+    }
+}
+
+static void at_exit(qemu_plugin_id_t id, void *p)
+{
+    g_mutex_lock(&win_lock);
+    g_autofree char *open_window = (window_gen & 1) ? window_json(window_gen, false) : NULL;
+    write_report(open_window);  /* always: an empty "windows" list still says the plugin ran */
+    g_mutex_unlock(&win_lock);
+}
+
+/* ---- arguments ---- */
+static bool parse_size(const char *val, uint64_t *out)
+{
+    char *end;
+    uint64_t v = g_ascii_strtoull(val, &end, 10);
+    if (end == val) {
+        return false;
+    }
+    if (*end == 'k' || *end == 'K') {
+        v <<= 10, end++;
+    } else if (*end == 'm' || *end == 'M') {
+        v <<= 20, end++;
+    }
+    if (*end || v == 0) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool pow2(uint64_t v)
+{
+    return v && !(v & (v - 1));
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+                                           int argc, char **argv)
+{
+    static const struct { const char *key; uint64_t *val; } sizes[] = {
+        { "l1i_size", &cfg.ic_size },         { "l1i_assoc", &cfg.ic_assoc },
+        { "l1i_line", &cfg.ic_line },         { "itlb_entries", &cfg.tlb_entries },
+        { "itlb_assoc", &cfg.tlb_assoc },     { "itlb_page", &cfg.tlb_page },
+        { "itlb_kpage", &cfg.tlb_kpage },
+    };
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) {
+            fprintf(stderr, "kpgosim: argument '%s' is not KEY=VALUE\n", argv[i]);
+            return -1;
+        }
+        g_autofree char *key = g_strndup(argv[i], eq - argv[i]);
+        const char *val = eq + 1;
+        bool ok = true, known = false;
+        for (size_t k = 0; k < G_N_ELEMENTS(sizes); k++) {
+            if (!strcmp(key, sizes[k].key)) {
+                ok = parse_size(val, sizes[k].val);
+                known = true;
+            }
+        }
+        if (known) {
+            /* done */
+        } else if (!strcmp(key, "out")) {
+            cfg.out = g_strdup(val);
+        } else if (!strcmp(key, "warm")) {
+            ok = qemu_plugin_bool_parse(key, val, &cfg.warm);
+        } else if (!strcmp(key, "always")) {
+            ok = qemu_plugin_bool_parse(key, val, &cfg.always);
+        } else {
+            fprintf(stderr, "kpgosim: unknown argument '%s'\n", key);
+            return -1;
+        }
+        if (!ok) {
+            fprintf(stderr, "kpgosim: bad value in '%s'\n", argv[i]);
+            return -1;
+        }
+    }
+    if (!cfg.tlb_kpage) {
+        cfg.tlb_kpage = cfg.tlb_page;
+    }
+    /* Same rules as kpgo.sim.SimConfig: sets are indexed by masking, LRU state is per set. */
+    if (!pow2(cfg.ic_line) || !pow2(cfg.tlb_page) || !pow2(cfg.tlb_kpage) ||
+        cfg.ic_assoc > 64 || cfg.tlb_assoc > 64 ||
+        cfg.ic_size % (cfg.ic_line * cfg.ic_assoc) || !pow2(cfg.ic_size / (cfg.ic_line * cfg.ic_assoc)) ||
+        cfg.tlb_entries % cfg.tlb_assoc || !pow2(cfg.tlb_entries / cfg.tlb_assoc)) {
+        fprintf(stderr, "kpgosim: line/page sizes and the number of sets must be powers of two,"
+                        " associativity at most 64\n");
+        return -1;
+    }
+    ic_sets = cfg.ic_size / (cfg.ic_line * cfg.ic_assoc);
+    ic_line_shift = __builtin_ctzll(cfg.ic_line);
+    tlb_sets = cfg.tlb_entries / cfg.tlb_assoc;
+    tlb_shift[USER] = __builtin_ctzll(cfg.tlb_page);
+    tlb_shift[KERNEL] = __builtin_ctzll(cfg.tlb_kpage);
+
+    /* User-mode QEMU numbers vCPUs by thread without a bound: give it room, count as best we can. */
+    n_vcpus = info->system_emulation ? info->system.max_vcpus : 64;
+    /* malloc does not honour the 64-byte alignment of struct vcpu */
+    if (posix_memalign((void **)&vcpus, 64, n_vcpus * sizeof(struct vcpu))) {
+        fprintf(stderr, "kpgosim: out of memory\n");
+        return -1;
+    }
+    memset(vcpus, 0, n_vcpus * sizeof(struct vcpu));
+    for (int i = 0; i < n_vcpus; i++) {
+        vcpus[i].ic = g_malloc0_n((size_t)ic_sets * cfg.ic_assoc, sizeof(uint64_t));
+        vcpus[i].tlb = g_malloc0_n((size_t)tlb_sets * cfg.tlb_assoc, sizeof(struct tlb_ent));
+    }
+    segs = g_hash_table_new(seg_hash, seg_equal);
+    closed_windows = g_ptr_array_new_with_free_func(g_free);
+    if (cfg.always) {
+        opens = 1;
+        clock_gettime(CLOCK_MONOTONIC, &t_open);
+        window_gen = 1;
+    }
+    qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+    return 0;
+}

@@ -1,0 +1,142 @@
+"""kpgo's QEMU plugin in real TCG guests on the session's tiny vanilla kernel (no extra kernel
+build): exact user instruction counts for a program of known footprint, the kernel/user split
+for a syscall-heavy and a compute-only program, L1i misses for code larger than the cache, and
+one real workload through vm.run_agent with a window per measured run. Two boots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kpgo import sim, vm, workloads
+
+pytestmark = pytest.mark.vm
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "tests" / "data" / "sim_probe.c"
+GUEST = vm.Guest(cpus=2, memory="1G", timeout=600)
+
+# Probe runs, in order; each is one window. Measured on the tiny kernel: the loop windows'
+# kernel share 0.005-0.009 (timer interrupts), getppid's 0.98 (~224 kernel insns per call),
+# bigcode's user L1i misses 1029 per sweep of 1024 lines, the loop's 2 in all.
+LOOP = (1_000_000, 3_000_000)
+SYSCALLS = (20_000, 60_000)
+BIGCODE = 200  # 200 sweeps of 64 KiB: ~3.3 M insns, ~205k L1i line accesses
+
+
+@pytest.fixture(scope="session")
+def tiny_kernel(request: pytest.FixtureRequest, test_dir: Path) -> Path:
+    """bzImage of the tiny vanilla kernel that tests/conftest.py's tiny_run builds; when it is
+    already in the test directory (the usual case) it is used as it is, else tiny_run makes it."""
+    manifest = test_dir / "run-tiny" / "builds" / "vanilla" / "build.json"
+    if not (manifest.is_file() and json.loads(manifest.read_text()).get("ok")):
+        request.getfixturevalue("tiny_run")
+    return Path(json.loads(manifest.read_text())["bzImage"])
+
+
+@pytest.fixture(scope="session")
+def accel(tiny_kernel: Path) -> str:
+    return vm.accelerator(tiny_kernel)
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built on the host; the guest sees the host's file system.
+    out = tmp_path_factory.mktemp("sim-probe") / "sim_probe"
+    subprocess.run(["gcc", "-O2", "-static", "-Wall", "-o", out, PROBE], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def probe_windows(tiny_kernel: Path, accel: str, probe: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    d = tmp_path_factory.mktemp("sim-probe-boot")
+    runs = [("loop", n) for n in LOOP] + [("syscalls", n) for n in SYSCALLS] + [("bigcode", BIGCODE)]
+    # Output to a guest file, shown at the end: the console relay (virtme-ng-init, a user process)
+    # would otherwise run during the next window; the window is system-wide.
+    # Last window: an empty one opened and closed the way the guest agent does (Python's
+    # subprocess running kpgo-window), i.e. the fixed cost the agent adds to each measured run.
+    window = sim.build_window_tool()
+    agent_like = f"python3 -c 'import subprocess as s; s.run([\"{window}\", \"open\"]); s.run([\"{window}\", \"close\"])'"
+    cmd = ("set -e; " + "; ".join(f"{probe} {mode} {n} >>/tmp/sim-probe.out" for mode, n in runs)
+           + f"; {agent_like}; {window} close; {window} open; cat /tmp/sim-probe.out; echo sim-probes-done")
+    t = time.monotonic()
+    res = vm.run_command(tiny_kernel, cmd, guest=GUEST, log=d / "console.log", accel=accel, sim=sim.SimConfig(), report=d / "sim.json")
+    print(f"\nsim probe boot: {time.monotonic() - t:.1f} s (guest, {len(runs)} windows); console {d / 'console.log'}")
+    assert "sim-probes-done" in res.output, res.output[-2000:]
+    windows = sim.read_windows(d / "sim.json")
+    assert len(windows) == len(runs) + 1
+    # Then a stray close, and an open left open: written at QEMU's exit, outside "windows".
+    report = json.loads((d / "sim.json").read_text())
+    assert report["stray_closes"] == 1 and report["open_window"]["closed"] is False
+    assert report["segments"] <= report["translations"]  # retranslated code reuses its segments
+    for (mode, n), w in zip(runs + [("agent-like empty window", 0)], windows):
+        print(f"  {mode} {n}: user {w['user']['insns']} kernel {w['kernel']['insns']} share {w['kernel_insn_share']:.4f} "
+              f"user l1i {w['user']['l1i_misses']}/{w['user']['l1i_accesses']} {w['seconds']:.3f} s")
+    return windows
+
+
+def test_known_footprint_gives_exact_user_instructions(probe_windows: list[dict]) -> None:
+    a, b = probe_windows[0], probe_windows[1]
+    assert a["closed"] and b["closed"] and a["index"] == 1 and b["index"] == 2
+    # 4 per iteration, plus the open marker and one mov; the close marker is not counted.
+    assert a["user"]["insns"] == 4 * LOOP[0] + 2
+    assert b["user"]["insns"] == 4 * LOOP[1] + 2
+    assert b["user"]["insns"] - a["user"]["insns"] == 4 * (LOOP[1] - LOOP[0])
+    big = probe_windows[4]
+    assert big["user"]["insns"] == 16386 * BIGCODE + 2
+
+
+def test_kernel_user_split(probe_windows: list[dict]) -> None:
+    compute, sys1, sys2 = probe_windows[1], probe_windows[2], probe_windows[3]
+    # getppid in a loop: almost all instructions are the kernel's, and they grow with the calls.
+    for w, n in ((sys1, SYSCALLS[0]), (sys2, SYSCALLS[1])):
+        assert w["kernel_insn_share"] > 0.8
+        assert w["user"]["insns"] == 4 * n + 2
+    per_call = (sys2["kernel"]["insns"] - sys1["kernel"]["insns"]) / (SYSCALLS[1] - SYSCALLS[0])
+    assert 0.9 < per_call / (sys1["kernel"]["insns"] / SYSCALLS[0]) < 1.1
+    assert 50 < per_call < 5000  # a syscall entry/exit and getppid: a few hundred instructions
+    # A compute loop: the kernel runs only timer interrupts.
+    assert compute["kernel_insn_share"] < 0.05
+
+
+def test_l1i_misses_follow_the_code_footprint(probe_windows: list[dict]) -> None:
+    tiny, big = probe_windows[1]["user"], probe_windows[4]["user"]
+    assert tiny["l1i_accesses"] >= LOOP[1] and tiny["l1i_misses"] < 20
+    # 64 KiB swept cyclically through a 32 KiB LRU cache: every line misses every sweep (the
+    # accesses that hit are the second fetch of a line split between two translated blocks).
+    lines = 64 * 1024 // 64
+    assert BIGCODE * lines <= big["l1i_misses"] <= 1.05 * BIGCODE * lines
+    assert big["l1i_misses"] / big["l1i_accesses"] > 0.8
+    assert big["itlb_accesses"] > 0 and big["itlb_misses"] < big["itlb_accesses"]
+
+
+def test_empty_window_costs_little(probe_windows: list[dict]) -> None:
+    """What opening and closing a window from Python adds to each measured run: the exit of
+    kpgo-window open, the fork/exec of kpgo-window close (measured: ~0.5 M kernel and ~0.1 M user instructions)."""
+    empty = probe_windows[5]
+    assert empty["closed"] and 0 < empty["kernel"]["insns"] < 10_000_000 and empty["user"]["insns"] < 5_000_000
+
+
+def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_path: Path) -> None:
+    wl = workloads.load("micro", ["seconds=1", "procs=1"])
+    wl["load"] = [s for s in wl["load"] if s["name"] in ("syscall", "pipe", "fork")]  # 3 steps: a short window
+    job = {"mode": "bench", "workload": wl, "runs": 2}
+    t = time.monotonic()
+    result = vm.run_agent(tiny_kernel, tmp_path / "guest", job, guest=GUEST, log=tmp_path / "console.log", accel=accel, sim=sim.SimConfig())
+    print(f"\nsim workload boot: {time.monotonic() - t:.1f} s; console {tmp_path / 'console.log'}")
+    runs, windows = result["runs"], result["sim"]
+    assert len(windows) == len(runs) == 2
+    for r, w in zip(runs, windows):
+        print(f"  ops {r['ops']:.0f} seconds {r['seconds']} kernel insns/op {w['kernel']['insns'] / r['ops']:.0f} "
+              f"share {w['kernel_insn_share']:.3f} window {w['seconds']:.2f} s")
+        assert w["closed"] and w["kernel"]["insns"] > 0 and w["user"]["insns"] > 0
+        assert r["ops"] > 0
+        # ops = sum over steps of seconds x rate, each step one part here
+        assert r["ops"] == pytest.approx(sum(r["step_seconds"][k] * v for k, v in r["parts"].items()), rel=0.02)
+        assert w["kernel_insn_share"] > 0.3  # stress-ng's syscall/pipe/fork stressors live in the kernel
+        assert w["seconds"] >= r["seconds"] * 0.9  # the window spans the load steps
+    assert [w["index"] for w in windows] == [1, 2]
