@@ -96,10 +96,11 @@ def _md_cell(s: Any) -> str:
 
 def _table_md(t: Table) -> list[str]:
     head = t.header if t.header != ["", ""] else ["item", "value"]
-    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
+    # The caption goes above the table in Markdown, where a reader scrolling a plain file meets it first.
+    lines = [f"*{_md_cell(t.caption)}*", "", "| " + " | ".join(_md_cell(h) for h in head) + " |",
              "|" + "|".join("---:" if n else "---" for n in t.numeric) + "|"]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
-    return [*lines, "", f"*{_md_cell(t.caption)}*", ""]
+    return [*lines, ""]
 
 
 def markdown(r: Report) -> str:
