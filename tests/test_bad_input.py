@@ -102,3 +102,15 @@ def test_optimized_build_leaves_profile_untouched(tiny_run: Path) -> None:
     res = kpgo(*TINY_RUN_ARGS, "--dir", tiny_run)  # cached: re-checks everything
     assert res.returncode == 0
     assert tree_digest(prof) == before
+
+
+def test_run_dir_virtme_cannot_share(tmp_path: Path) -> None:
+    # Refused before any boot, with the reason: vng's --rwdir takes no '@', '=' or ':' in a path.
+    from kpgo import vm
+    from kpgo.errors import UserError
+
+    kernel = tmp_path / "bzImage"
+    kernel.write_bytes(b"not booted")
+    with pytest.raises(UserError, match="virtme-ng cannot share"):
+        vm.run_agent(kernel, tmp_path / "a@b", {"mode": "bench"}, guest=vm.Guest(), log=tmp_path / "log", accel="tcg")
+    assert not (tmp_path / "a@b").exists()

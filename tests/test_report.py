@@ -92,7 +92,7 @@ def expected_sections(run_dir: Path) -> set[str]:
 def add_studies(run_dir: Path) -> None:
     """Universal kernels and a sensitivity study derived from the recorded results (the recorded run had neither):
     universal-raw/-norm rows are copies of the app-specific rows scaled slightly; the sensitivity study is the
-    results with workloads renamed W@clients-N and kernels optimized-W@clients-N."""
+    results with workloads renamed W+clients-N and kernels optimized-W+clients-N."""
     res = load(run_dir / "bench" / "results.json")
     for name, w in res["workloads"].items():
         if any(r["kernel"].startswith("universal-") for r in w["summary"]):
@@ -104,7 +104,7 @@ def add_studies(run_dir: Path) -> None:
     (run_dir / "bench" / "results.json").write_text(json.dumps(res))
     sens = json.loads(json.dumps(res))
     names = list(sens["workloads"])
-    ren = {n: f"{names[0]}@clients-{8 * 8 ** i}" for i, n in enumerate(names)}
+    ren = {n: f"{names[0]}+clients-{8 * 8 ** i}" for i, n in enumerate(names)}
     sens["workloads"] = {ren[n]: w for n, w in sens["workloads"].items()}
 
     def relabel(k: str) -> str:

@@ -74,11 +74,11 @@ def test_sensitivity_study(studies_run: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     out = studies_run / "studies" / "sensitivity"
     results = json.loads((out / "results.json").read_text())
-    names = ["micro@procs-1", "micro@procs-4"]
+    names = ["micro+procs-1", "micro+procs-4"]
     assert list(results["workloads"]) == names
-    assert results["workloads"]["micro@procs-4"]["params"]["procs"] == "4"
+    assert results["workloads"]["micro+procs-4"]["params"]["procs"] == "4"
     for n in names:
-        assert {r["kernel"] for r in results["workloads"][n]["summary"]} == {"vanilla", "optimized-micro@procs-1", "optimized-micro@procs-4"}
+        assert {r["kernel"] for r in results["workloads"][n]["summary"]} == {"vanilla", "optimized-micro+procs-1", "optimized-micro+procs-4"}
     for n in names:
         meta = json.loads((out / "profiles" / f"{n}.raw" / "profile.json").read_text())
         assert meta["workload"]["params"]["procs"] == n[-1]

@@ -2,7 +2,7 @@
 are part of the run itself: see kpgo.pipeline).
 
   sensitivity   one workload under several settings of one parameter: a profile and an optimized
-                kernel per setting (RUN/builds/optimized-WL@KEY-VALUE), each measured under every
+                kernel per setting (RUN/builds/optimized-WL+KEY-VALUE), each measured under every
                 setting beside vanilla -> RUN/studies/sensitivity/results.json
   share         the kernel's share of guest CPU time, instructions and simulated L1i/iTLB misses
                 per workload on the vanilla kernel (simulated counters) -> RUN/studies/share/results.json
@@ -12,6 +12,7 @@ Both reuse the run's instrumented and vanilla builds, its kernel source and conf
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,14 @@ def _builder(run: dict, run_dir: Path):  # type: ignore[no-untyped-def]
 
 
 def variants(name: str, key: str, values: list[str], overrides: list[str]) -> list[dict]:
-    """The workload once per value of KEY, renamed NAME@KEY-VALUE."""
+    """The workload once per value of KEY, renamed NAME+KEY-VALUE (a name that is also a directory name virtme-ng
+    can share: letters, digits and _ + . - only, so other characters of the value become _)."""
     if len(values) < 2:
         raise UserError("--vary needs two or more values", "e.g. --vary clients=1,50")
     out = []
     for v in values:
         spec = workloads.load(name, overrides + [f"{key}={v}"])
-        spec["name"] = f"{name}@{key}-{v}"
+        spec["name"] = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{name}+{key}-{v}")
         out.append(spec)
     return out
 

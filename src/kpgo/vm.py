@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from kpgo.progress import say
 from kpgo.workloads.install import tools_dir
 
 AGENT = Path(__file__).parent / "guest" / "agent.py"
+SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,9 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     result["runs"], as kpgo.sim.read_windows returns them."""
     if not kernel.is_file():
         raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
+    if not SHAREABLE.fullmatch(str(rundir.resolve())):
+        raise UserError(f"virtme-ng cannot share {rundir.resolve()} with the guest (it takes only letters, digits, space and _ + / . -)",
+                        "choose an output or run directory whose path has no other characters")
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)

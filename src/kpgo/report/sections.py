@@ -378,14 +378,14 @@ def sensitivity(ctx: Context) -> Section | Skipped:
     if not kernels:
         return Skipped("sensitivity", 6, title, "the study measured only its baseline kernel")
 
-    def own(k: str, c: str) -> bool:  # `kpgo study sensitivity` labels optimized-<workload>@<variant>
-        return k == f"optimized-{c}" or ("@" in c and k == f"optimized-{c.partition('@')[2]}")
+    def own(k: str, c: str) -> bool:  # `kpgo study sensitivity` labels optimized-<workload>+<setting>
+        return k == f"optimized-{c}"
 
     rank = {k: min((j for j, c in enumerate(cols) if own(k, c)), default=len(cols)) for k in kernels}
     rows = sorted(kernels, key=lambda k: (rank[k], kernels.index(k)))
     return _matrix_section(res, ctx.data.run, "sensitivity", 6, title, rows, cols, own,
                            "Kernels optimized with profiles of one workload under different settings (rows), measured "
-                           "under each setting (columns: <workload>@<setting>): how much the profile depends on the "
+                           "under each setting (columns: <workload>+<setting>): how much the profile depends on the "
                            "workload's parameters. From studies/sensitivity/results.json.")
 
 
