@@ -150,7 +150,8 @@ def bench(
         manifests[k.label] = m
         workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
     spec = {w["name"]: w for w in wls}
-    accel = vm.accelerator(kbuild.image(kernels[0].build_dir))
+    # A plugin sees only TCG-translated code: simulated boots run under TCG even where KVM works.
+    accel = "tcg" if sim is not None else vm.accelerator(kbuild.image(kernels[0].build_dir))
     out.mkdir(parents=True, exist_ok=True)
     seed = _seed(out, design)
     seq = plan(cells, design.boots, design.order, seed)

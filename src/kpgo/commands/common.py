@@ -79,18 +79,4 @@ def sim_from(args: argparse.Namespace):  # -> sim.SimConfig | None
         return None
     from kpgo import sim
 
-    opts: dict[str, int] = {}
-    for item in args.sim_opt:
-        key, sep, value = item.partition("=")
-        mult = {"k": 1 << 10, "m": 1 << 20}.get(value[-1:].lower(), 1)
-        try:
-            opts[key.strip()] = int(value[:-1] if mult > 1 else value) * mult
-        except ValueError:
-            raise UserError(f"--sim-opt {item!r}: expected KEY=NUMBER (k/M suffixes allowed)", "fix the option") from None
-        if not sep:
-            raise UserError(f"--sim-opt {item!r}: expected KEY=VALUE", "fix the option")
-    fields = set(sim.SimConfig.__dataclass_fields__)
-    unknown = sorted(set(opts) - fields)
-    if unknown:
-        raise UserError(f"unknown simulator setting {', '.join(unknown)}", f"known: {', '.join(sorted(fields))}")
-    return sim.SimConfig(**opts)
+    return sim.SimConfig.parse(",".join(args.sim_opt))
