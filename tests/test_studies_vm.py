@@ -58,8 +58,10 @@ def test_universal_and_cross_studies(studies_run: Path) -> None:
         merged = json.loads((studies_run / "profiles" / label / "profile.json").read_text())["merged"]
         assert merged["normalize"] is normalized and len(merged["inputs"]) == 2
         assert run["universal"][label]["proof"]["ok"]  # GCC used the merged profile
-    totals = [i["total_arcs"] for i in json.loads((studies_run / "profiles" / "universal-norm" / "profile.json").read_text())["merged"]["inputs"]]
-    assert totals[0] == pytest.approx(totals[1], rel=1e-3)  # normalized: both inputs weigh the same
+    inputs = json.loads((studies_run / "profiles" / "universal-norm" / "profile.json").read_text())["merged"]["inputs"]
+    scaled = [i["total_arcs"] * i["scale"] for i in inputs]
+    assert scaled[0] == pytest.approx(scaled[1], rel=1e-6)  # normalized: both inputs weigh the same
+    assert min(i["scale"] for i in inputs) == 1.0 < max(i["scale"] for i in inputs)  # the smaller one scaled up
     results = json.loads((studies_run / "bench" / "results.json").read_text())
     for n in ("redis", "micro"):
         assert {r["kernel"] for r in results["workloads"][n]["summary"]} == {
