@@ -248,6 +248,31 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
     return out
 
 
+SHARES = ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
+
+
+def kernel_share(res: dict) -> dict[str, dict[str, Any]]:
+    """Per workload on the baseline: the kernel's share of busy guest CPU time (/proc/stat; each boot's runs
+    averaged first, the boot being the unit) with its sd over boots, and when simulated the kernel's share of
+    instructions, L1i misses and iTLB misses (None where not measured)."""
+    base = res["baseline"]
+    table: dict[str, dict[str, Any]] = {}
+    for n, w in res["workloads"].items():
+        per_boot = []
+        for s in res.get("samples") or []:
+            v = s.get("kernel_share") if s.get("kernel") == base and s.get("workload") == n else None
+            vals = [float(x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, (int, float)) and x == x]
+            if vals:
+                per_boot.append(sum(vals) / len(vals))
+        d = stats.describe(per_boot) if per_boot else None
+        sim = (w.get("sim") or {}).get(base) or {}
+        table[n] = {
+            "cpu_time": d["mean"] if d else None, "cpu_time_sd": d["sd"] if d and d["n"] > 1 else None, "boots": len(per_boot),
+            **{k: (sim.get(k) or {}).get("mean") for k in SHARES},
+        }
+    return table
+
+
 def _ci(lo: float, hi: float) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "[n<2]"
 

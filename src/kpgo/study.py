@@ -75,24 +75,8 @@ def share(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Gues
     run = load_run(run_dir)
     _builder(run, run_dir)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
-    atomic.write_json(run_dir / "studies" / "share" / "share.json", share_table(res))
+    atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
     return res
-
-
-def share_table(res: dict) -> dict:
-    """Per workload on the baseline: mean kernel share of busy CPU time (/proc/stat) and, when simulated,
-    of instructions, L1i misses and iTLB misses."""
-    table = {}
-    base = res["baseline"]
-    for n, w in res["workloads"].items():
-        mine = [s for s in res["samples"] if s["workload"] == n and s["kernel"] == base]
-        cpu = [x for s in mine for x in s["kernel_share"] if x is not None]
-        row: dict[str, float | None] = {"cpu_time": sum(cpu) / len(cpu) if cpu else None}
-        sim = (w.get("sim") or {}).get(base)
-        for m in ("insn", "l1i", "itlb"):
-            row[m] = sim[f"kernel_{m}_share"]["mean"] if sim else None
-        table[n] = row
-    return table
 
 
 def format_share(table: dict) -> str:
@@ -100,7 +84,7 @@ def format_share(table: dict) -> str:
         return "–" if x is None else f"{x:.1%}"
 
     lines = [f"{'workload':<14} {'CPU time':>9} {'insns':>9} {'L1i miss':>9} {'iTLB miss':>9}   (kernel's share)"]
-    lines += [f"{n:<14} {pct(r['cpu_time']):>9} {pct(r['insn']):>9} {pct(r['l1i']):>9} {pct(r['itlb']):>9}" for n, r in table.items()]
+    lines += [f"{n:<14} {pct(r['cpu_time']):>9} " + " ".join(f"{pct(r[k]):>9}" for k in bench.SHARES) for n, r in table.items()]
     return "\n".join(lines)
 
 

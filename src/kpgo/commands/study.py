@@ -70,10 +70,10 @@ def sensitivity(args: argparse.Namespace) -> int:
 
 
 def share(args: argparse.Namespace) -> int:
-    from kpgo import study
+    from kpgo import bench, study
 
     args.sim = True
     run = study.load_run(args.run_dir)
     res = study.share(args.run_dir, study.run_specs(run), design_from(args), guest_from(args), sim_from(args))
-    print(study.format_share(study.share_table(res)), flush=True)
+    print(study.format_share(bench.kernel_share(res)), flush=True)
     return 0

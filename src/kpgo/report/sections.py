@@ -5,7 +5,6 @@ but the kernel-share means over boots); docs/REPORT.md says what each section sh
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -468,15 +467,8 @@ def similarity(ctx: Context) -> Section | Skipped:
 # -- 8. kernel share -----------------------------------------------------------------------------------------------
 
 
-def _share_values(sample: dict[str, Any]) -> list[float]:
-    v = sample.get("kernel_share")
-    vals = v if isinstance(v, list) else [v]
-    return [float(x) for x in vals if isinstance(x, (int, float)) and not math.isnan(float(x))]
-
-
 def kernel_share(ctx: Context) -> Section | Skipped:
-    import numpy as np
-
+    from kpgo import bench
     from kpgo.report import load
 
     title = "Kernel share"
@@ -490,19 +482,12 @@ def kernel_share(ctx: Context) -> Section | Skipped:
     with_sim = measure.has_sim(res)
     rows = []
     data: dict[str, Any] = {}
-    for name, w in res["workloads"].items():
-        boots = [_share_values(s) for s in res.get("samples") or [] if s.get("kernel") == base and s.get("workload") == name]
-        per_boot = [float(np.mean(b)) for b in boots if b]  # the boot is the unit: average its runs first
-        simb = ((w.get("sim") or {}).get(base) or {})
-        if not per_boot and not simb:
+    for name, d in bench.kernel_share(res).items():
+        if d["cpu_time"] is None and all(d[k] is None for k, _ in SIM_SHARES):
             continue
-        d: dict[str, Any] = {"cpu_time": float(np.mean(per_boot)) if per_boot else None,
-                             "cpu_time_sd": float(np.std(per_boot, ddof=1)) if len(per_boot) > 1 else None, "boots": len(per_boot)}
-        row = [name, m.pct(d["cpu_time"]), m.pct(d["cpu_time_sd"]), str(len(per_boot))]
-        for key, _ in SIM_SHARES:
-            d[key] = (simb.get(key) or {}).get("mean")
-            if with_sim:
-                row.append(m.pct(d[key]))
+        row = [name, m.pct(d["cpu_time"]), m.pct(d["cpu_time_sd"]), str(d["boots"])]
+        if with_sim:
+            row += [m.pct(d[key]) for key, _ in SIM_SHARES]
         rows.append(row)
         data[name] = d
     if not rows:
