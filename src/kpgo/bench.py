@@ -273,7 +273,7 @@ def kernel_share(res: dict) -> dict[str, dict[str, Any]]:
     return table
 
 
-def _ci(lo: float, hi: float) -> str:
+def format_ci(lo: float, hi: float) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "[n<2]"
 
 
@@ -293,7 +293,7 @@ def format_table(results: dict) -> str:
         lines += ["", f"{n} ({w['unit']})", f"  {'kernel':<22} {'mean':>12} {'sd':>10} {'cv':>6}  {'speedup [95% CI]':>26}"]
         for s in w["summary"]:
             star = "*" if s["kernel"] != base and s["ci_includes_1"] else " "
-            ci = "" if s["kernel"] == base else _ci(s["ci_low"], s["ci_high"])
+            ci = "" if s["kernel"] == base else format_ci(s["ci_low"], s["ci_high"])
             lines.append(f"  {s['kernel']:<22} {s['mean']:>12.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {s['ratio']:>7.3f} {ci:>18}{star}")
         if w.get("sim"):
             lines.append(f"  simulated, per operation: {'kernel':<22} {'kernel insns':>24} {'kernel L1i misses':>24} {'kernel iTLB misses':>24} {'kernel share of insns':>10}")
@@ -304,6 +304,6 @@ def format_table(results: dict) -> str:
         lines += ["", "geometric mean of speedups across workloads"]
         for label, g in results["geomean"].items():
             star = "*" if g["ci_includes_1"] else " "
-            lines.append(f"  {label:<22} {g['speedup']:>7.3f} {_ci(g['ci_low'], g['ci_high']):>18}{star}  over {len(g['workloads'])} workload(s)")
+            lines.append(f"  {label:<22} {g['speedup']:>7.3f} {format_ci(g['ci_low'], g['ci_high']):>18}{star}  over {len(g['workloads'])} workload(s)")
     lines += ["", "* the 95% CI includes 1.0: no difference shown at this sample size", results["note"]]
     return "\n".join(lines)

@@ -116,8 +116,7 @@ def run(opts: RunOptions) -> dict:
 
 
 def _ci(r: dict) -> str:
-    ci = f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] == r["ci_low"] else "[n<2]"
-    return ci + ("\\*" if r["ci_includes_1"] else "")
+    return bench.format_ci(r["ci_low"], r["ci_high"]) + ("\\*" if r["ci_includes_1"] else "")
 
 
 def _build_info(m: dict) -> dict:
