@@ -78,6 +78,8 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
     """The vng command line booting `kernel` to run the shell command `cmd`. With `sim`, the
     plugin (built if needed) writes its report to `report`, and the guest tool kpgo-window is
     built; a stale report is removed."""
+    if not kernel.is_file():
+        raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     argv: list[str | Path] = ["vng", "-r", kernel]
     if rwdir is not None:
         argv += ["--rwdir", rwdir]
@@ -103,8 +105,6 @@ def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
                 sim: simulator.SimConfig | None = None, report: Path | None = None) -> proc.Result:
     """Boot `kernel` and run the shell command `cmd` (no agent, no retry): for tests and
     measurements of the simulator. The guest's output is in the console log and the Result."""
-    if not kernel.is_file():
-        raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, sim=sim, report=report)
     log.unlink(missing_ok=True)
     res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
@@ -119,20 +119,18 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     With `sim`, kpgo's QEMU plugin counts each measured run in its own window (the agent opens and
     closes it around the load steps) and result["sim"] is the list of windows, one per entry of
     result["runs"], as kpgo.sim.read_windows returns them."""
-    if not kernel.is_file():
-        raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     if not SHAREABLE.fullmatch(str(rundir.resolve())):
         raise UserError(f"virtme-ng cannot share {rundir.resolve()} with the guest (it takes only letters, digits, space and _ + / . -)",
                         "choose an output or run directory whose path has no other characters")
+    report = rundir / "sim.json"
+    cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
+    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report)  # checks the kernel first
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
-    report = rundir / "sim.json"
     if sim is not None:
         job = {**job, "sim": True}
     atomic.write_json(rundir / "job.json", {**job, "tools_dir": str(tools_dir())})
-    cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
-    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report)
     result_file = rundir / "result.json"
     for attempt in (1, 2):
         res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
