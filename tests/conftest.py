@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Every test runs with an empty HOME (and no XDG directories), so nothing a developer's machine
+# holds in its home (a ~/.memslap.cnf left by a host-side run, tool configs) can make a test pass
+# that fails for a new user. kpgo's own cache, which `make setup` filled (QEMU plugin, helper
+# programs, kernel source), stays where it was, named explicitly.
+os.environ.setdefault("KPGO_CACHE", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kpgo"))
+for _key in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+    os.environ.pop(_key, None)
+os.environ["HOME"] = tempfile.mkdtemp(prefix="kpgo-test-home.")
 
 
 @dataclass
@@ -55,8 +65,9 @@ def test_dir() -> Path:
 
 
 # The session's run: two workloads (redis, and stress-ng micro kept short), each its own optimized
-# kernel, the cross-application study (each optimized kernel on both workloads) and simulated counters.
-TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--sim", "--boots", "2",
+# kernel, the cross-application study (each optimized kernel on both workloads) and simulated counters
+# (no --sim: under TCG they are the default, which test_e2e_tiny checks).
+TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--boots", "2",
                  "--set", "micro.seconds=1", "--set", "micro.procs=1,4", "--set", "redis.requests=30000")
 
 

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "build",
         help="build a kernel variant (vanilla, instrumented, optimized) out of tree",
         description="Build one kernel variant with Kbuild (O=). The optimized variant compiles with the profile and "
-        "proves, per object, that GCC used it; it fails below 95%%. Cached: an unchanged build is not redone.",
+        "proves, per object, that GCC used it; it fails below 95%. Cached: an unchanged build is not redone.",
     )
     p.add_argument("--variant", choices=("vanilla", "instrumented", "optimized"), default="vanilla")
     p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for --variant optimized (after `kpgo profile fix`)")
@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     m = kbuild.build(kbuild.BuildRequest(src, spec, args.variant, out, args.profile, args.jobs, tuple(args.kcflags.split())))
     sizes = m["sizes"]
     print(f"kernel: {m['bzImage']}  ({m['kernel_release']}, {m['seconds']['total']:.0f} s)")
-    print(f"size: .text {sizes['vmlinux_text']}  .text.hot {sizes['text_hot']}  .text.unlikely {sizes['text_unlikely']} bytes")
+    print(f"size: functions {sizes.get('functions_size') or '–'}  text span {sizes.get('text_span') or '–'}  "
+          f"objects' .text.hot {sizes['text_hot']}  .text.unlikely {sizes['text_unlikely']} bytes (vmlinux .text section, padded: {sizes['vmlinux_text']})")
     if "proof" in m:
         pr = m["proof"]
         print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kpgo import pipeline
+    import json
+
+    from kpgo import bench, pipeline
 
     specs = chosen_workloads(args)
     name = args.config.stem if args.config else (args.base or "server")
@@ -48,4 +50,5 @@ def run(args: argparse.Namespace) -> int:
     )
     pipeline.run(opts)
     print((run_dir / "summary.md").read_text())
+    bench.raise_if_failed(json.loads((run_dir / "bench" / "results.json").read_text()), run_dir / "bench")
     return 0

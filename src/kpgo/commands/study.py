@@ -66,6 +66,7 @@ def sensitivity(args: argparse.Namespace) -> int:
     install.require(specs)
     res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
     print(bench.format_table(res), flush=True)
+    bench.raise_if_failed(res, args.run_dir / "studies" / "sensitivity")
     return 0
 
 
@@ -76,4 +77,5 @@ def share(args: argparse.Namespace) -> int:
     run = study.load_run(args.run_dir)
     res = study.share(args.run_dir, study.run_specs(run), design_from(args), guest_from(args), sim_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
+    bench.raise_if_failed(res, args.run_dir / "studies" / "share")
     return 0

@@ -59,6 +59,21 @@ def mount_tmpfs():
     return base
 
 
+def private_home(base):
+    """A writable, private HOME and TMPDIR on the run's tmpfs for every step. The guest runs over the
+    host's root read-only, and tools that write into $HOME or TMPDIR would fail there, or pass only
+    because the host happens to have the file. (memcaslap writes its default config to its user's
+    passwd home, which no environment changes: memcached.toml gives it one with -F.)"""
+    env = {"HOME": os.path.join(base, ".kpgo-home"), "TMPDIR": os.path.join(base, ".kpgo-tmp")}
+    for path in env.values():
+        os.makedirs(path, mode=0o1777, exist_ok=True)
+        os.chmod(path, 0o1777)  # steps run as other users too (fork+exec as nobody)
+    for key in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    return env
+
+
 def ensure_debugfs():
     if not os.path.isdir(GCOV_ROOT):
         subprocess.run(["mount", "-t", "debugfs", "debugfs", "/sys/kernel/debug"], check=False)
@@ -117,6 +132,20 @@ def parse_step(text, step):
     return parts, secondary
 
 
+def op_count(text, step, parts, params):
+    """The step's exact operation count, or None: the sum of its `ops` regex's matches (the count the
+    generator reports: wrk's requests, ab's complete requests, sysbench's and pgbench's transactions,
+    memcaslap's ops, stress-ng's bogo ops, db_bench's operations), or `ops_per_part` (the fixed count a
+    generator runs for each test it reports, e.g. redis-benchmark -n for each of -t set,get) times the
+    number of parts parsed. Steps without either are time-based with no count in their output."""
+    if step.get("ops"):
+        found = [float(m.group("value")) for m in re.finditer(step["ops"], text, re.M)]
+        return sum(found) if found else None
+    if step.get("ops_per_part"):
+        return float(fill(step["ops_per_part"], params)) * len(parts)
+    return None
+
+
 def aggregate(values, how):
     if how == "sum":
         return sum(values)
@@ -139,18 +168,17 @@ def cpu_ticks():
 
 def measured_run(wl, params, i, outdir, server, window=None):
     """All load steps once: the primary value over the parts, secondary figures, the guest's
-    kernel share of busy CPU time over the window, and `ops`, the operation count estimate that
-    simulated counters are divided by (per-op figures, docs/SIM.md): over the load steps (each
-    expanded name), the step's wall seconds times the harmonic mean of its parts' rates. For a
-    one-part step that is seconds x rate; for a step running several tests of the same request
-    count one after the other (redis-benchmark) it is the total request count. Step seconds
-    include the load generator's start-up and exit, so the estimate is high by that share (for
-    short stress-ng steps under TCG, a noticeable one).
+    kernel share of busy CPU time over the window, and `ops`, the operation count that simulated
+    counters are divided by (per-op figures, docs/SIM.md). Each step's count is exact where the
+    generator reports it or runs a fixed number (op_count); otherwise it is estimated as the step's
+    wall seconds times the harmonic mean of its parts' rates, which is high by the generator's
+    start-up and exit. `ops_method` says which: count, estimate, or mixed (steps of both kinds);
+    `ops_estimate` is the time x rate figure for every step, for comparison.
 
     `window`: the guest's kpgo-window program; the simulator's window is open exactly around
     the load steps (one window per measured run; warm-up and setup stay outside)."""
     parts, secondary, seconds = {}, {}, {}
-    ops = 0.0
+    ops, ops_estimate, methods = 0.0, 0.0, set()
     if window:
         run([window, "open"], 60, "opening the simulator window")
     try:
@@ -171,7 +199,13 @@ def measured_run(wl, params, i, outdir, server, window=None):
                     if value <= 0:
                         raise Failure(f"load step {name} reported zero throughput ({label})", out)
                     parts[label] = value
-                ops += took * aggregate(list(got.values()), "hmean")
+                estimate = took * aggregate(list(got.values()), "hmean")
+                count = op_count(out, step, got, p)
+                if count is not None and count <= 0:
+                    raise Failure(f"load step {name} reported {count:.0f} operations", out)
+                ops += estimate if count is None else count
+                ops_estimate += estimate
+                methods.add("estimate" if count is None else "count")
                 secondary.update({f"{name}.{k}": v for k, v in sec.items()})
                 if server is not None and server.poll() is not None:
                     raise Failure(f"the server exited with status {server.returncode} during load step {name}")
@@ -188,6 +222,8 @@ def measured_run(wl, params, i, outdir, server, window=None):
         "seconds": round(sum(seconds.values()), 2),
         "step_seconds": seconds,
         "ops": round(ops, 1),
+        "ops_method": methods.pop() if len(methods) == 1 else "mixed",
+        "ops_estimate": round(ops_estimate, 1),
         "kernel_share": round(kernel / (user + kernel), 4) if user + kernel else None,
         "cpu_ticks": {"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
     }
@@ -289,6 +325,7 @@ def main(job_path):
     try:
         wl = job["workload"]
         rundir = mount_tmpfs()
+        result["env"] = private_home(rundir)
         params = dict(wl["params"], rundir=rundir, tools=job.get("tools_dir", ""), cpus=os.cpu_count() or 1)
         write_files(wl.get("files", []), params)
         run_steps(wl.get("setup", []), params, "setup")
