@@ -12,6 +12,8 @@ start=$(date +%s)
 
 APT_PACKAGES=(
   qemu-system-x86 linux-source-6.12
+  qemu-user  # tests/test_sim.py runs the plugin's probes under user-mode QEMU too
+  ccache  # reuses objects whose inputs (the .gcda included) did not change, across optimized builds and runs
   gcc make bc bison flex libelf-dev libssl-dev cpio binutils xz-utils
   python3 python3-venv
   libglib2.0-dev pkg-config dpkg-dev libc6-dev  # the QEMU plugin (GLib), its header fetch (apt-get source), kpgo-window

@@ -21,7 +21,7 @@ from gcov_fixtures import GccBuild, Profiles, gcc_build, profiles  # noqa: F401
 
 DATA = Path(__file__).parent / "data" / "report"
 DATASETS = sorted(p.name for p in DATA.iterdir() if p.is_dir())  # one recorded run each (see README.md there)
-SECTIONS = ("header", "speedup", "sim", "universal", "cross", "sensitivity", "similarity", "kernel_share",
+SECTIONS = ("headline", "header", "speedup", "sim", "universal", "cross", "sensitivity", "similarity", "kernel_share",
             "code_size", "proof")
 CHROMIUM = ("chromium-headless-shell", "chromium")
 
@@ -86,6 +86,8 @@ def expected_sections(run_dir: Path) -> set[str]:
         out.add("code_size")
     if any(w.get("proof") for w in run.get("workloads", {}).values()):
         out.add("proof")
+    if res or "proof" in out:
+        out.add("headline")  # the report opens with it whenever there is a result or a proof
     return out
 
 
@@ -101,6 +103,8 @@ def add_studies(run_dir: Path) -> None:
         for uni, f in (("universal-raw", 0.99), ("universal-norm", 1.01)):
             w["summary"].append(own | {"kernel": uni, "ratio": own["ratio"] * f, "speedup": own["speedup"] * f})
             w["kernels"].append(uni)
+            if (w.get("sim") or {}).get(f"optimized-{name}"):
+                w["sim"][uni] = {k: v | {"ratio": v["ratio"] * f} for k, v in w["sim"][f"optimized-{name}"].items()}
     (run_dir / "bench" / "results.json").write_text(json.dumps(res))
     sens = json.loads(json.dumps(res))
     names = list(sens["workloads"])
@@ -185,10 +189,17 @@ def test_numbers_match_results(tmp_path: Path, dataset: Path) -> None:
                     assert fmt_ci(metrics[key], "ratio") in row
     if "cross" in doc["sections"]:
         c = doc["sections"]["cross"]["data"]
+        # The heatmap's cells are the machine's headline metric (simulated kernel instructions/op where the bench
+        # simulated under TCG), the wall-clock speedups beside them.
+        simulated = any(w.get("sim") for w in res["workloads"].values())
+        assert c["metric"] == ("kernel_insns_per_op" if simulated else "wall-clock speedup")
+        wall = c["wall_clock_cells"] if simulated else c["cells"]
         for i, k in enumerate(c["rows"]):
             for j, wl in enumerate(c["cols"]):
                 got = next((r for r in res["workloads"][wl]["summary"] if r["kernel"] == k), None)
-                assert c["cells"][i][j] == (nan_to_none(got | {"ratio": got["speedup"]}) if got else None)
+                assert wall[i][j] == (nan_to_none(got | {"ratio": got["speedup"]}) if got else None)
+                if simulated:
+                    assert c["cells"][i][j] == nan_to_none(((res["workloads"][wl].get("sim") or {}).get(k) or {}).get("kernel_insns_per_op"))
     if "kernel_share" in doc["sections"]:
         ks = doc["sections"]["kernel_share"]["data"]["workloads"]
         share = run_dir / "studies" / "share" / "results.json"  # the share study when there is one, else the bench
@@ -208,8 +219,10 @@ def test_numbers_match_results(tmp_path: Path, dataset: Path) -> None:
     for name, w in run["workloads"].items():
         p = w["proof"]
         assert f"| {name} | {p['objects_used']}/{p['objects_nonempty']} | {p['ratio']:.1%} |" in md
-    for label, b in run["builds"].items():
-        assert f"| {label} | {b['sizes']['vmlinux_text']:,} | {b['sizes']['objects_text']:,} |" in md
+    for label, b in run["builds"].items():  # functions, text span, bzImage: '–' or measured from a build directory
+        z = b["sizes"]
+        assert re.search(rf"^\| {re.escape(label)} \| [\d,–]+ \| [\d,–]+ \| {z['objects_text']:,} \| {z['text_hot']:,} \| "
+                         rf"{z['text_unlikely']:,} \| [\d,–]+ \| {z['vmlinux_text']:,} \| ", md, re.M), label
 
 
 def test_universal_and_sensitivity(tmp_path: Path, dataset: Path) -> None:
@@ -219,11 +232,16 @@ def test_universal_and_sensitivity(tmp_path: Path, dataset: Path) -> None:
     sens = load(run_dir / "studies" / "sensitivity" / "results.json")
     doc, md, _ = report(run_dir)
     assert {"universal", "sensitivity"} <= set(doc["sections"])
-    uni = doc["sections"]["universal"]["data"]["workloads"]
+    data = doc["sections"]["universal"]["data"]
+    simulated = any(w.get("sim") for w in res["workloads"].values())
+    # Led by the machine's headline metric (simulated kernel instructions/op under TCG), wall-clock beside it.
+    uni = data["wall_clock"]["workloads"] if simulated else data["workloads"]
     for name, w in res["workloads"].items():
         rows = {r["kernel"]: r for r in w["summary"]}
         assert uni[name]["app-specific"] == nan_to_none(rows[f"optimized-{name}"])
         assert uni[name]["universal-norm"] == nan_to_none(rows["universal-norm"])
+        if simulated:
+            assert data["workloads"][name]["universal-norm"] == nan_to_none(w["sim"]["universal-norm"]["kernel_insns_per_op"])
         assert f"| {name} | optimized-{name} | {fmt_ci(rows[f'optimized-{name}'])} | {fmt_ci(rows['universal-raw'])} | " \
                f"{fmt_ci(rows['universal-norm'])} |" in md
     s = doc["sections"]["sensitivity"]["data"]
@@ -382,6 +400,11 @@ def test_html_renders_in_chromium(tmp_path: Path, profiles: Profiles, dataset: P
         want.add("sim")
     if "cross" in expected_sections(run_dir):
         want.add("cross")
+    # The headline opens the report: the work per operation and every boot's spread; the proof when run.json has one.
+    want |= {"headline-work", "headline-boots"}
+    if (run_dir / "run.json").exists() and any(w.get("proof") for w in load(run_dir / "run.json").get("workloads", {}).values()):
+        want.add("headline-proof")
+    assert html.index('<section id="headline">') < html.index('<section id="header">') < html.index('<section id="speedup">')
     figs = {m.group(1): m for m in re.finditer(
         r'<figure id="fig-([^"]+)"><img src="data:image/png;base64,([A-Za-z0-9+/=]*)" alt="([^"]*)">'
         r"<figcaption>([^<]*)</figcaption></figure>", html)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -75,11 +76,13 @@ def test_window_tool_builds_static(tmp_path: Path) -> None:
 
 def test_simconfig_defaults_and_plugin_arg(tmp_path: Path) -> None:
     c = sim.SimConfig()
-    assert (c.l1i_size, c.l1i_assoc, c.l1i_line, c.itlb_entries, c.itlb_assoc, c.itlb_page, c.itlb_kpage) == (32768, 8, 64, 64, 4, 4096, 4096)
+    # Kernel code on 2 MiB pages by default (x86-64 maps kernel text with 2 MiB pages), user code on 4 KiB.
+    assert (c.l1i_size, c.l1i_assoc, c.l1i_line, c.itlb_entries, c.itlb_assoc, c.itlb_page, c.itlb_kpage) == (32768, 8, 64, 64, 4, 4096, 2097152)
     arg = c.plugin_arg(tmp_path / "sim.json")
     assert arg.startswith(f"out={tmp_path / 'sim.json'},")
-    assert "l1i_size=32768" in arg and "itlb_kpage=4096" in arg and "warm=off" in arg
-    assert sim.SimConfig.parse("l1i_size=16k,itlb_kpage=2M,warm=on") == sim.SimConfig(l1i_size=16384, itlb_kpage=2 << 20, warm=True)
+    assert "l1i_size=32768" in arg and "itlb_kpage=2097152" in arg and "itlb_page=4096" in arg and "warm=off" in arg
+    assert sim.SimConfig.parse("l1i_size=16k,itlb_kpage=2M,warm=on") == sim.SimConfig(l1i_size=16384, warm=True)
+    assert sim.SimConfig.parse("itlb_kpage=4k").itlb_kpage == 4096  # kernel code on 4 KiB pages, as before
     assert sim.SimConfig(warm=1).warm is True  # an integer from a KEY=NUMBER option
     opts = sim.qemu_opts(c, tmp_path / "sim.json")
     assert opts.startswith("-plugin ") and str(sim.plugin_path()) in opts
@@ -112,27 +115,91 @@ def test_plugin_arg_refuses_comma_paths(tmp_path: Path) -> None:
     assert "comma" in one_line(e.value)
 
 
+def _side(insns: int = 10, **over: int) -> dict:
+    side = {"insns": insns, "blocks": 1, "l1i_accesses": 3, "l1i_misses": 1, "itlb_accesses": 2, "itlb_misses": 1, "taken_branches": 4}
+    return {**side, **over}
+
+
 def _window(insns: int = 10) -> dict:
-    side = {"insns": insns, "blocks": 1, "l1i_accesses": 3, "l1i_misses": 1, "itlb_accesses": 2, "itlb_misses": 1}
-    return {"index": 1, "closed": True, "seconds": 0.5, "user": side, "kernel": side, "total": side}
+    side = _side(insns)
+    return {"index": 1, "closed": True, "seconds": 0.5, "user": side, "kernel": side, "total": side,
+            "per_vcpu": [{"vcpu": 0, "user": side, "kernel": side}]}
+
+
+def _report(*windows: dict, fmt: int = sim.REPORT_FORMAT) -> str:
+    return json.dumps({"tool": "kpgosim", "format": fmt, "windows": list(windows), "open_window": None})
 
 
 def test_read_windows(tmp_path: Path) -> None:
     report = tmp_path / "sim.json"
-    report.write_text(json.dumps({"tool": "kpgosim", "format": 2, "windows": [_window(1), _window(2)], "open_window": None}))
+    report.write_text(_report(_window(1), _window(2)))
     windows = sim.read_windows(report)
     assert [w["user"]["insns"] for w in windows] == [1, 2]
-    report.write_text(json.dumps({"tool": "kpgosim", "format": 2, "windows": []}))
+    assert [w["kernel"]["taken_branches"] for w in windows] == [4, 4]  # the key kpgo.bench reads
+    assert windows[0]["per_vcpu"][0]["user"]["taken_branches"] == 4
+    report.write_text(_report())
     assert sim.read_windows(report) == []
+
+
+def test_report_format_matches_the_plugin() -> None:
+    """The plugin writes the format the Python side reads, and both name the same counters."""
+    src = sim.PLUGIN_SOURCE.read_text()
+    assert int(re.search(r"^#define FORMAT (\d+)$", src, re.M)[1]) == sim.REPORT_FORMAT == 3
+    assert "taken_branches" in sim.COUNTERS
+    for key in sim.COUNTERS:
+        assert f'\\"{key}\\"' in src, f"the plugin writes no {key}"
+
+
+def test_old_format_report_is_refused(tmp_path: Path) -> None:
+    """A report of format 2 (no taken_branches, kernel pages 4 KiB by default) is not read as 3."""
+    report = tmp_path / "sim.json"
+    old = _window()
+    for side in ("user", "kernel", "total"):
+        old[side] = {k: v for k, v in old[side].items() if k != "taken_branches"}
+    report.write_text(_report(old, fmt=2))
+    with pytest.raises(InfraError) as e:
+        sim.read_windows(report)
+    text = one_line(e.value)
+    assert "report format 2 from an older kpgosim" in text and "reads format 3" in text and "python -m kpgo.sim" in text
+
+
+@pytest.mark.parametrize("where", ["user", "kernel", "total", "per_vcpu"])
+def test_report_without_taken_branches_is_refused(tmp_path: Path, where: str) -> None:
+    w = _window()
+    if where == "per_vcpu":
+        w["per_vcpu"] = [{"vcpu": 0, "user": _side(), "kernel": {k: v for k, v in _side().items() if k != "taken_branches"}}]
+        needle = "lacks kernel counters of a vCPU (taken_branches)"
+    else:
+        w[where] = {k: v for k, v in _side().items() if k != "taken_branches"}
+        needle = f"lacks {where} counters (taken_branches)"
+    report = tmp_path / "sim.json"
+    report.write_text(_report(w))
+    with pytest.raises(InfraError) as e:
+        sim.read_windows(report)
+    assert needle in one_line(e.value)
+    w[where if where != "per_vcpu" else "user"] = _side(taken_branches=-1)
+    report.write_text(_report(w))
+    with pytest.raises(InfraError):
+        sim.read_windows(report)
+
+
+def test_frontend_stall_cycles() -> None:
+    assert (sim.STALL_L1I_CYCLES, sim.STALL_ITLB_CYCLES) == (14.0, 14.0)  # docs/SIM.md says why
+    side = _side(l1i_misses=1000, itlb_misses=10)
+    assert sim.frontend_stall_cycles(side) == 1000 * sim.STALL_L1I_CYCLES + 10 * sim.STALL_ITLB_CYCLES == 14140.0
+    assert sim.frontend_stall_cycles(_side(l1i_misses=0, itlb_misses=0)) == 0.0
+    assert isinstance(sim.frontend_stall_cycles(_side(l1i_misses=3, itlb_misses=1)), float)
 
 
 @pytest.mark.parametrize("content, needle", [
     (None, "wrote no report"),
-    ('{"tool": "kpgosim", "format": 2, "windows": [', "unreadable or corrupt"),
+    ('{"tool": "kpgosim", "format": 3, "windows": [', "unreadable or corrupt"),
     ("\x00\x01garbage", "unreadable or corrupt"),
     ('{"tool": "other"}', "not a kpgosim report"),
     ('{"tool": "kpgosim", "format": 1, "windows": []}', "format 1"),
-    ('{"tool": "kpgosim", "format": 2, "windows": [{"seconds": 1, "user": {"insns": 1}}]}', "lacks user counters"),
+    ('{"tool": "kpgosim", "format": 2, "windows": []}', "report format 2 from an older kpgosim"),
+    ('{"tool": "kpgosim", "format": 4, "windows": []}', "report format 4 from another kpgosim"),
+    ('{"tool": "kpgosim", "format": 3, "windows": [{"seconds": 1, "user": {"insns": 1}}]}', "lacks user counters"),
 ])
 def test_read_windows_bad_report_is_one_line(tmp_path: Path, content: str | None, needle: str) -> None:
     report = tmp_path / "sim.json"
@@ -141,6 +208,41 @@ def test_read_windows_bad_report_is_one_line(tmp_path: Path, content: str | None
     with pytest.raises(InfraError) as e:
         sim.read_windows(report)
     assert needle in one_line(e.value)
+
+
+PROBE = Path(__file__).resolve().parent / "data" / "sim_probe.c"
+
+
+def test_plugin_counts_probes_in_user_mode_qemu(tmp_path: Path) -> None:
+    """The plugin under user-mode QEMU (same source package as qemu-system-x86, no kernel: the
+    guest's syscalls are QEMU's, so `syscall` falls through): exact instructions and taken
+    branches of sim_probe's windows, including straight-line code whose instructions cross
+    pages (the translator's page-crossing quirk) and a rep string run as one block per byte."""
+    if shutil.which("qemu-x86_64") is None:
+        pytest.fail("user-mode QEMU (qemu-x86_64) is missing: `make setup` installs qemu-user")
+    lib = sim.build_plugin()
+    exe = tmp_path / "sim_probe"
+    subprocess.run(["gcc", "-O2", "-static", "-Wall", "-o", exe, PROBE], check=True)
+    expect = {  # mode, N: user insns, taken branches (None: not checked)
+        ("loop", 100_000): (4 * 100_000 + 2, 100_000 - 1),
+        ("syscalls", 2_000): (4 * 2_000 + 2, 2_000 - 1),
+        ("bigcode", 20): (16386 * 20 + 2, 20 - 1),
+        ("straight", 20): (16386 * 20 + 2, 20 - 1),
+        ("rep", 50_000): (None, 0),
+        ("empty", 0): (1, 0),
+    }
+    for (mode, n), (insns, taken) in expect.items():
+        out = tmp_path / f"{mode}.json"
+        subprocess.run(["qemu-x86_64", "-plugin", f"{lib},out={out}", exe, mode, str(n)], check=True, capture_output=True, timeout=120)
+        (w,) = sim.read_windows(out)
+        u = w["user"]
+        assert w["kernel"]["insns"] == 0 and (insns is None or u["insns"] == insns), (mode, u)
+        assert u["taken_branches"] == taken, (mode, u)
+    # The straight-line sweeps ran as many blocks, the rep string as one per byte.
+    assert u["blocks"] == 1  # empty: the open marker alone
+    report = json.loads((tmp_path / "straight.json").read_text())
+    assert report["windows"][0]["user"]["blocks"] >= 40 * 20 and report["config"]["itlb_kpage"] == 2 << 20
+    assert json.loads((tmp_path / "rep.json").read_text())["windows"][0]["user"]["blocks"] >= 50_000
 
 
 def test_header_fetch_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

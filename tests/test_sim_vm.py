@@ -1,7 +1,8 @@
 """kpgo's QEMU plugin in real TCG guests on the session's tiny vanilla kernel (no extra kernel
 build): exact user instruction counts for a program of known footprint, the kernel/user split
-for a syscall-heavy and a compute-only program, L1i misses for code larger than the cache, and
-one real workload through vm.run_agent with a window per measured run. Two boots."""
+for a syscall-heavy and a compute-only program, L1i misses for code larger than the cache, taken
+branches of loops, straight-line code split into many blocks and rep strings, and one real
+workload through vm.run_agent with a window per measured run. Two boots."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ GUEST = vm.Guest(cpus=2, memory="1G", timeout=600)
 LOOP = (1_000_000, 3_000_000)
 SYSCALLS = (20_000, 60_000)
 BIGCODE = 200  # 200 sweeps of 64 KiB: ~3.3 M insns, ~205k L1i line accesses
+STRAIGHT = 200  # 200 sweeps of 80 KiB of 5-byte instructions, most page boundaries inside one
+REP = 1_000_000  # rep stosb of 1 MiB: a TCG block per byte
+# User taken branches a timer interrupt may add to a probe window: one landing after a block that
+# would have fallen through turns it into a taken branch (measured: 0-5 per probe window).
+IRQ_SLACK = 10
+# One window each, in this order; then the agent-like empty window (probe_windows).
+RUNS = ([("loop", n) for n in LOOP] + [("syscalls", n) for n in SYSCALLS] + [("bigcode", BIGCODE)]
+        + [("straight", STRAIGHT), ("rep", REP), ("empty", 0)])
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +63,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def probe_windows(tiny_kernel: Path, accel: str, probe: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     d = tmp_path_factory.mktemp("sim-probe-boot")
-    runs = [("loop", n) for n in LOOP] + [("syscalls", n) for n in SYSCALLS] + [("bigcode", BIGCODE)]
+    runs = RUNS
     # Output to a guest file, shown at the end: the console relay (virtme-ng-init, a user process)
     # would otherwise run during the next window; the window is system-wide.
     # Last window: an empty one opened and closed the way the guest agent does (Python's
@@ -75,8 +84,14 @@ def probe_windows(tiny_kernel: Path, accel: str, probe: Path, tmp_path_factory: 
     assert report["segments"] <= report["translations"]  # retranslated code reuses its segments
     for (mode, n), w in zip(runs + [("agent-like empty window", 0)], windows):
         print(f"  {mode} {n}: user {w['user']['insns']} kernel {w['kernel']['insns']} share {w['kernel_insn_share']:.4f} "
-              f"user l1i {w['user']['l1i_misses']}/{w['user']['l1i_accesses']} {w['seconds']:.3f} s")
+              f"user l1i {w['user']['l1i_misses']}/{w['user']['l1i_accesses']} taken user {w['user']['taken_branches']}"
+              f"/{w['user']['blocks']} blocks kernel {w['kernel']['taken_branches']}/{w['kernel']['blocks']} {w['seconds']:.3f} s")
     return windows
+
+
+def window_of(windows: list[dict], mode: str, n: int | None = None) -> dict:
+    """The window of the probe run `mode n` (n may be left out for a mode run once)."""
+    return windows[[m for m, _ in RUNS].index(mode) if n is None else RUNS.index((mode, n))]
 
 
 def test_known_footprint_gives_exact_user_instructions(probe_windows: list[dict]) -> None:
@@ -88,6 +103,10 @@ def test_known_footprint_gives_exact_user_instructions(probe_windows: list[dict]
     assert b["user"]["insns"] - a["user"]["insns"] == 4 * (LOOP[1] - LOOP[0])
     big = probe_windows[4]
     assert big["user"]["insns"] == 16386 * BIGCODE + 2
+    # Instructions crossing page boundaries (QEMU's page-crossing quirk): each counted once; an
+    # interrupt between the two blocks of one leaves it counted twice.
+    straight = window_of(probe_windows, "straight")
+    assert 16386 * STRAIGHT + 2 <= straight["user"]["insns"] <= 16386 * STRAIGHT + 2 + IRQ_SLACK
 
 
 def test_kernel_user_split(probe_windows: list[dict]) -> None:
@@ -114,10 +133,40 @@ def test_l1i_misses_follow_the_code_footprint(probe_windows: list[dict]) -> None
     assert big["itlb_accesses"] > 0 and big["itlb_misses"] < big["itlb_accesses"]
 
 
+def test_taken_branches_of_known_code(probe_windows: list[dict]) -> None:
+    """User taken branches: a loop's back edge is taken every iteration but the last; straight-line
+    code split into blocks by page and block-size limits falls through; TCG's block per rep
+    iteration is no branch. The fixed overhead of a window is measured by an empty one."""
+    empty = window_of(probe_windows, "empty")
+    assert empty["user"]["insns"] == 1 and empty["user"]["taken_branches"] == 0  # the open marker alone
+    overhead = empty["user"]["taken_branches"]
+    for n in LOOP:  # one block of 4 instructions
+        taken = window_of(probe_windows, "loop", n)["user"]["taken_branches"] - overhead
+        assert n - 1 <= taken <= n - 1 + IRQ_SLACK
+    for n in SYSCALLS:  # each syscall enters the kernel, each jnz but the last jumps back
+        w = window_of(probe_windows, "syscalls", n)
+        assert 2 * n - 1 <= w["user"]["taken_branches"] - overhead <= 2 * n - 1 + IRQ_SLACK
+        assert w["kernel"]["taken_branches"] >= n  # at least each return to user space
+    for mode, sweeps, blocks_per_sweep in (("bigcode", BIGCODE, 32), ("straight", STRAIGHT, 40)):
+        w = window_of(probe_windows, mode)["user"]
+        # 64 KiB (80 KiB) run as 100+ blocks per sweep, yet only the back edge is taken.
+        assert w["blocks"] >= blocks_per_sweep * sweeps
+        assert sweeps - 1 <= w["taken_branches"] - overhead <= sweeps - 1 + IRQ_SLACK
+    rep = window_of(probe_windows, "rep")["user"]
+    assert rep["blocks"] >= REP and rep["taken_branches"] - overhead <= IRQ_SLACK
+    for w in probe_windows:  # each block execution branches at most once
+        for side in ("user", "kernel", "total"):
+            assert w[side]["taken_branches"] <= w[side]["blocks"]
+        assert w["total"]["taken_branches"] == w["user"]["taken_branches"] + w["kernel"]["taken_branches"]
+        assert sum(v[side]["taken_branches"] for v in w["per_vcpu"] for side in ("user", "kernel")) == w["total"]["taken_branches"]
+    # The compute loop's kernel side: timer interrupts only (possibly none in a short window).
+    assert window_of(probe_windows, "loop", LOOP[1])["kernel"]["taken_branches"] < 0.01 * LOOP[1]
+
+
 def test_empty_window_costs_little(probe_windows: list[dict]) -> None:
     """What opening and closing a window from Python adds to each measured run: the exit of
     kpgo-window open, the fork/exec of kpgo-window close (measured: ~0.5 M kernel and ~0.1 M user instructions)."""
-    empty = probe_windows[5]
+    empty = probe_windows[-1]
     assert empty["closed"] and 0 < empty["kernel"]["insns"] < 10_000_000 and empty["user"]["insns"] < 5_000_000
 
 
@@ -132,11 +181,15 @@ def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_p
     assert len(windows) == len(runs) == 2
     for r, w in zip(runs, windows):
         print(f"  ops {r['ops']:.0f} seconds {r['seconds']} kernel insns/op {w['kernel']['insns'] / r['ops']:.0f} "
-              f"share {w['kernel_insn_share']:.3f} window {w['seconds']:.2f} s")
+              f"taken/op {w['kernel']['taken_branches'] / r['ops']:.0f} share {w['kernel_insn_share']:.3f} window {w['seconds']:.2f} s")
         assert w["closed"] and w["kernel"]["insns"] > 0 and w["user"]["insns"] > 0
+        for side in ("user", "kernel"):  # real code: branches taken, at most one per block
+            assert 0 < w[side]["taken_branches"] <= w[side]["blocks"]
         assert r["ops"] > 0
-        # ops = sum over steps of seconds x rate, each step one part here
-        assert r["ops"] == pytest.approx(sum(r["step_seconds"][k] * v for k, v in r["parts"].items()), rel=0.02)
+        # `ops` is the exact count stress-ng reports (its bogo ops); the time x rate estimate beside it is the sum
+        # over steps of seconds x rate, each step one part here.
+        assert r["ops_method"] == "count"
+        assert r["ops_estimate"] == pytest.approx(sum(r["step_seconds"][k] * v for k, v in r["parts"].items()), rel=0.02)
         assert w["kernel_insn_share"] > 0.3  # stress-ng's syscall/pipe/fork stressors live in the kernel
         assert w["seconds"] >= r["seconds"] * 0.9  # the window spans the load steps
     assert [w["index"] for w in windows] == [1, 2]

@@ -103,6 +103,16 @@ def test_recorded_output_parses(name: str) -> None:
         got_secondary.update({f"{step_name}.{k}": v for k, v in secondary.items()})
     assert got_parts == expected["parts"]
     assert got_secondary == pytest.approx(expected["secondary"])
+    # The exact operation count the per-op simulated figures are divided by (every generator of the
+    # suite reports one or runs a fixed number).
+    ops = 0.0
+    for step, step_name, path in recorded_steps(name):
+        text = path.read_text()
+        parts, _ = a.parse_step(text, step)
+        count = a.op_count(text, step, parts, dict(workloads.load(name)["params"], each=step_name.rsplit("-", 1)[-1]))
+        assert count is not None and count > 0, f"{name} step {step_name}: no exact operation count"
+        ops += count
+    assert ops == expected["ops"]
     wl = workloads.load(name)
     assert a.aggregate(list(got_parts.values()), wl["aggregate"]) == pytest.approx(expected["value"])
 
@@ -124,6 +134,38 @@ HAND_CHECKED: list[tuple[str, str, float]] = [
     ("redis", "bench.GET", 7057.99), ("redis", "bench.get_p99_ms", 8.351),      # "GET","7057.99",...,"8.351","19.567"
     ("micro", "fork", 117.25),                                                  # fork  235  2.00  0.11  1.96  117.25  113.74
 ]
+
+# Exact operation counts read off the recorded files by eye (per step).
+HAND_COUNTED: list[tuple[str, str, float]] = [
+    ("apache", "ab", 5158),                  # Complete requests:      5158
+    ("nginx", "wrk", 33940),                 # 33940 requests in 15.07s
+    ("memcached", "memcaslap", 107659),      # Run time: 15.1s Ops: 107659 TPS: 7148
+    ("mysql", "read_write", 337),            # transactions:  337    (33.27 per sec.)
+    ("postgresql", "tpcb_like", 11157),      # number of transactions actually processed: 11157
+    ("rocksdb", "db_bench", 363218),         # 100000 operations x 3 + readseq 63218 operations
+    ("leveldb", "leveldb_bench", 363168),    # 100000 x 3 + 63168
+    ("redis", "bench", 200000),              # -n 100000 for each of SET and GET (the CSV has no count)
+    ("micro", "fork", 235),                  # fork  235 bogo ops
+    ("micro", "tcp-4", 134),                 # sock  134 bogo ops
+]
+
+
+def test_hand_counted_operations() -> None:
+    a = agent()
+    for name, step_name, value in HAND_COUNTED:
+        step, path = next((s, p) for s, n, p in recorded_steps(name) if n == step_name)
+        text = path.read_text()
+        parts, _ = a.parse_step(text, step)
+        params = dict(workloads.load(name)["params"], each=step_name.rsplit("-", 1)[-1])
+        assert a.op_count(text, step, parts, params) == value, (name, step_name)
+
+
+def test_time_based_step_without_count_is_estimated() -> None:
+    """A step with neither `ops` nor `ops_per_part` has no exact count: the agent estimates it."""
+    a = agent()
+    step = {"name": "x", "argv": ["true"], "metric": r"^rate (?P<value>[0-9.]+)"}
+    assert a.op_count("rate 10\n", step, {"": 10.0}, {}) is None
+    assert a.op_count("nothing", dict(step, ops=r"^n (?P<value>[0-9]+)"), {"": 10.0}, {}) is None
 
 
 def test_kernel_config_requirements(tmp_path: Path) -> None:
@@ -180,3 +222,33 @@ def test_cli_list_and_install_are_idempotent() -> None:
     assert "port=6379" in res.stdout and "real hardware:" in res.stdout
     again = kpgo("workloads", "install", "redis,leveldb")
     assert again.returncode == 0 and "all Debian packages present" in again.stderr and "building" not in again.stderr
+
+
+def test_guest_steps_get_a_private_writable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every guest step runs with HOME and TMPDIR on the run's tmpfs (the guest's root is the host's,
+    read-only): a tool that writes into $HOME works on a fresh machine."""
+    import os
+    import subprocess
+
+    a = agent()
+    for key in ("HOME", "TMPDIR", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(key, "/nonexistent-read-only")
+    env = a.private_home(str(tmp_path))
+    assert os.environ["HOME"] == env["HOME"] and os.environ["TMPDIR"] == env["TMPDIR"]
+    assert "XDG_CONFIG_HOME" not in os.environ
+    for path in env.values():
+        assert Path(path).resolve().is_relative_to(tmp_path.resolve())
+    cp = subprocess.run(["sh", "-c", 'echo x > "$HOME/.toolrc" && mktemp'], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    assert (Path(env["HOME"]) / ".toolrc").read_text() == "x\n"
+    assert Path(cp.stdout.strip()).parent == Path(env["TMPDIR"])
+
+
+def test_memcaslap_gets_its_config_file() -> None:
+    """memcaslap writes a default config into its user's passwd home unless given one (-F): the workload
+    ships memcaslap's own defaults and passes them to every memcaslap step."""
+    wl = workloads.load("memcached")
+    [cnf] = [f for f in wl["files"] if f["path"] == "memslap.cnf"]
+    assert cnf["text"].split() == ["key", "64", "64", "1", "value", "1024", "1024", "1", "cmd", "0", "0.1", "1", "0.9"]
+    for step in wl.get("warmup", []) + wl["load"]:
+        assert step["argv"][0] == "memcaslap" and "-F" in step["argv"] and step["argv"][step["argv"].index("-F") + 1] == "{rundir}/memslap.cnf"

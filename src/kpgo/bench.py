@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from kpgo import atomic, host, proc, stats, vm, workloads
-from kpgo.errors import InfraError, UserError
+from kpgo import sim as simulator
+from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
@@ -39,9 +40,32 @@ SIM_NOTE = (
     "measured window, per operation (docs/SIM.md); deterministic up to interrupts and scheduling, unlike TCG timings."
 )
 SIM_SIDES = ("kernel", "user")
-SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses")
-SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS) + ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
+SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses", "taken_branches")
+SIM_DERIVED = ("fetch_bytes", "stall_cycles")  # l1i accesses x line size; front-end stall estimate (docs/SIM.md)
+SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS + SIM_DERIVED) + ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
+# What a user asks first of a kernel under simulation: how much less work per operation it does.
+SIM_HEADLINE = ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_taken_branches_per_op")
+SIM_TITLES = {"kernel_insns_per_op": "kernel insns/op", "kernel_l1i_misses_per_op": "kernel L1i misses/op",
+              "kernel_taken_branches_per_op": "kernel taken branches/op"}
 ORDERS = ("random", "abba")
+SIM_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class SimChoice:
+    """Whether boots count simulated events: "on", "off", or "auto" (the default): on exactly when the
+    guests run under TCG, where wall-clock cannot show what code layout does, off under KVM."""
+
+    mode: str = "auto"
+    config: Any = None  # kpgo.sim.SimConfig; None: its defaults
+
+    def resolve(self, accel: str) -> Any:
+        """The SimConfig to measure with under `accel`, or None."""
+        if self.mode not in SIM_MODES:
+            raise ValueError(f"simulation mode {self.mode!r}")
+        if self.mode == "off" or (self.mode == "auto" and accel == "kvm"):
+            return None
+        return self.config if self.config is not None else simulator.SimConfig()
 
 
 @dataclass(frozen=True)
@@ -84,9 +108,10 @@ def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> lis
     return seq
 
 
-def sim_per_op(windows: list[dict], runs: list[dict]) -> dict[str, float]:
+def sim_per_op(windows: list[dict], runs: list[dict], line: int = 64) -> dict[str, float]:
     """Per-operation counter figures of one boot: each measured run's window divided by that run's
-    operation count (`ops`, an estimate: see docs/SIM.md), averaged over the runs."""
+    operation count (`ops`: exact where the generator reports or fixes it, else time x rate; the run's
+    `ops_method` says which, docs/SIM.md), averaged over the runs. `line`: the simulated L1i line size."""
     if len(windows) != len(runs):
         raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(runs)} measured run(s)", "see the boot's console log and sim.json")
     per: list[dict[str, float]] = []
@@ -95,6 +120,9 @@ def sim_per_op(windows: list[dict], runs: list[dict]) -> dict[str, float]:
         if ops <= 0:
             raise InfraError("a measured run has no operation count, so counters cannot be given per operation", "see the boot's result.json")
         d = {f"{s}_{c}_per_op": w[s][c] / ops for s in SIM_SIDES for c in SIM_COUNTS}
+        for s in SIM_SIDES:
+            d[f"{s}_fetch_bytes_per_op"] = w[s]["l1i_accesses"] * line / ops
+            d[f"{s}_stall_cycles_per_op"] = simulator.frontend_stall_cycles(w[s]) / ops
         for short, c in (("insn", "insns"), ("l1i", "l1i_misses"), ("itlb", "itlb_misses")):
             total = w["kernel"][c] + w["user"][c]
             d[f"kernel_{short}_share"] = w["kernel"][c] / total if total else math.nan
@@ -103,7 +131,8 @@ def sim_per_op(windows: list[dict], runs: list[dict]) -> dict[str, float]:
 
 
 def _cell_key(manifest: dict, workload: dict, runs: int, sim: Any) -> str:
-    text = json.dumps({"kernel": manifest["key"], "workload": workload, "runs": runs, "sim": asdict(sim) if sim else None}, sort_keys=True)
+    sim_key = {**asdict(sim), "report_format": simulator.REPORT_FORMAT} if sim else None  # a new counter set measures again
+    text = json.dumps({"kernel": manifest["key"], "workload": workload, "runs": runs, "sim": sim_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -127,7 +156,7 @@ def bench(
     sim: Any = None,
 ) -> dict:
     """Measure `cells` (default: every kernel on every workload); kernels[0] is the baseline and must be
-    measured on every workload. `sim` is a kpgo.sim.SimConfig to count simulated CPU events."""
+    measured on every workload. `sim`: a kpgo.sim.SimConfig to count simulated CPU events, a SimChoice (auto: simulated under TCG only), or None."""
     if not kernels or not wls:
         raise UserError("bench needs a kernel and a workload", "pass --kernel LABEL=BUILD_DIR (two or more to compare them)")
     if len({k.label for k in kernels}) != len(kernels):
@@ -150,6 +179,10 @@ def bench(
         manifests[k.label] = m
         workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
     spec = {w["name"]: w for w in wls}
+    sim_mode = "on" if sim is not None else "off"
+    if isinstance(sim, SimChoice):
+        sim_mode = sim.mode
+        sim = sim.resolve(vm.accelerator(kbuild.image(kernels[0].build_dir)) if sim.mode == "auto" else "tcg")
     # A plugin sees only TCG-translated code: simulated boots run under TCG even where KVM works.
     accel = "tcg" if sim is not None else vm.accelerator(kbuild.image(kernels[0].build_dir))
     out.mkdir(parents=True, exist_ok=True)
@@ -172,6 +205,7 @@ def bench(
         say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
     t0 = time.monotonic()
     dirs = {k.label: k.build_dir for k in kernels}
+    failures: list[dict] = []
     for n, (step, bootdir, key) in enumerate(todo, 1):
         k, w = step["kernel"], step["workload"]
         elapsed = time.monotonic() - t0
@@ -179,19 +213,31 @@ def bench(
         say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
         job = {"mode": "bench", "workload": spec[w], "runs": design.runs}
         extra = {"sim": sim} if sim is not None else {}
-        result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
-        runs = result["runs"]
-        values = [r["value"] for r in runs]
-        rec = {
-            **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
-            "parts": [r["parts"] for r in runs], "secondary": [r["secondary"] for r in runs],
-            "kernel_share": [r["kernel_share"] for r in runs], "ops": [r.get("ops") for r in runs],
-            "sim": result.get("sim"), "sim_per_op": sim_per_op(result["sim"], runs) if sim is not None else None,
-            "timings": result["timings"],
-        }
+        try:
+            result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
+            runs = result["runs"]
+            values = [r["value"] for r in runs]
+            rec = {
+                **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
+                "parts": [r["parts"] for r in runs], "secondary": [r["secondary"] for r in runs],
+                "kernel_share": [r["kernel_share"] for r in runs], "ops": [r.get("ops") for r in runs],
+                "ops_method": [r.get("ops_method", "estimate") for r in runs], "ops_estimate": [r.get("ops_estimate") for r in runs],
+                "sim": result.get("sim"), "sim_per_op": sim_per_op(result["sim"], runs, sim.l1i_line) if sim is not None else None,
+                "timings": result["timings"],
+            }
+        except KpgoError as e:
+            # One failing cell does not stop the others; it has no sample, so a rerun boots it again.
+            say(f"bench: boot {n}/{len(todo)}: {k} on {w} FAILED: {e.message}")
+            fail = {**step, "cell_key": key, "error": e.message, "hint": e.hint, "exit_code": e.exit_code,
+                    "console_log": str(bootdir / "console.log"), "boot_dir": str(bootdir), "failed_at": time.time()}
+            atomic.write_json(bootdir / "failed.json", fail)
+            failures.append(fail)
+            continue
+        (bootdir / "failed.json").unlink(missing_ok=True)
         atomic.write_json(bootdir / "sample.json", rec)
         samples.append(rec)
     results = summarize(kernels, wls, cells, samples, base)
+    results["failed"] = failures
     results |= {
         "schema": 2,
         "design": {
@@ -199,13 +245,25 @@ def bench(
             "order_name": design.order, "seed": seed, "boots_per_kernel": design.boots, "runs_per_boot": design.runs,
             "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq,
         },
-        "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None},
+        "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": sim_mode,
+                        "headline": "simulated" if sim is not None else "wall-clock",
+                        "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"], "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
         "host": host_facts(accel),
         "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }
     atomic.write_json(out / "results.json", results)
     return results
+
+
+def raise_if_failed(results: dict, where: Path) -> None:
+    """After the tables are out: a bench with failed boots exits non-zero, naming them."""
+    failed = results.get("failed") or []
+    if failed:
+        cells = sorted({f"{f['kernel']} on {f['workload']}" for f in failed})
+        total = len(results["design"]["sequence"])
+        raise InfraError(f"{len(failed)} of {total} boots failed ({', '.join(cells)}; first: {failed[0]['error']})",
+                         f"the other cells are in {where / 'results.json'}; run the same command again to retry only the failed boots")
 
 
 def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
@@ -219,7 +277,11 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
     geo_names: dict[str, list[str]] = {}
     for w in wls:
         n = w["name"]
-        labels = [k.label for k in kernels if (k.label, n) in cells]
+        # A cell whose every boot failed has no sample (it is listed in results["failed"]); without the
+        # baseline's samples a workload has no ratios at all, so it is left out of the summaries.
+        labels = [k.label for k in kernels if (k.label, n) in cells and by_cell.get((k.label, n))]
+        if base not in labels:
+            continue
         b = [s["mean"] for s in by_cell[(base, n)]]
         rows, simrows = [], {}
         for label in labels:
@@ -241,10 +303,44 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
             "params": w["params"], "unit": w["unit"], "higher_is_better": w["higher_is_better"], "kernels": labels,
             "summary": rows, "sim": simrows or None,
         }
+    out["sim_geomean"] = {}
+    for label in {lb for w in out["workloads"].values() for lb in (w["sim"] or {}) if lb != base}:
+        out["sim_geomean"][label] = {}
+        for m in SIM_HEADLINE + tuple(x for x in SIM_METRICS if x not in SIM_HEADLINE and "share" not in x):
+            sp, used = [], []
+            for n, w in out["workloads"].items():
+                if label in (w["sim"] or {}):
+                    sp.append(([s["sim_per_op"][m] for s in by_cell[(base, n)]], [s["sim_per_op"][m] for s in by_cell[(label, n)]]))
+                    used.append(n)
+            if any(min(sum(b), sum(o)) <= 0 for b, o in sp):
+                continue  # a zero count (user iTLB misses, say) has no geometric mean
+            g, lo, hi = stats.geomean_ci(sp)
+            out["sim_geomean"][label][m] = {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": used}
+    out["sim_own_geomean"] = own_sim_geomean(out)
     out["geomean"] = {}
     for label, ps in pairs.items():
         g, lo, hi = stats.geomean_ci(ps)
         out["geomean"][label] = {"speedup": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": geo_names[label]}
+    return out
+
+
+def own_sim_geomean(results: dict) -> dict[str, dict[str, Any]]:
+    """Per headline simulated metric: the geometric mean over workloads of the app-specific kernel's ratio
+    to the baseline on its own workload (optimized-W on W), with the bootstrap CI, and the workloads used."""
+    out: dict[str, dict[str, Any]] = {}
+    base = results["baseline"]
+    for k in SIM_HEADLINE:
+        pairs, used = [], []
+        for n in results["workloads"]:
+            samples = [x for x in results.get("samples", []) if x["workload"] == n and k in (x.get("sim_per_op") or {})]
+            b = [x["sim_per_op"][k] for x in samples if x["kernel"] == base]
+            o = [x["sim_per_op"][k] for x in samples if x["kernel"] == f"optimized-{n}"]
+            if b and o:
+                pairs.append((b, o))
+                used.append(n)
+        if pairs:
+            g, lo, hi = stats.geomean_ci(pairs)
+            out[k] = {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": used}
     return out
 
 
@@ -278,30 +374,50 @@ def format_ci(lo: float, hi: float) -> str:
 
 
 def _sim_cell(m: dict, is_base: bool) -> str:
-    """Mean per op, and for other kernels the ratio to the baseline (< 1: fewer events)."""
-    return f"{m['mean']:,.1f}" if is_base else f"{m['mean']:,.1f} ×{m['ratio']:.3f}{'*' if m['ci_includes_1'] else ' '}"
+    """Mean per op, and for other kernels the ratio to the baseline with its CI (< 1: fewer events)."""
+    if is_base:
+        return f"{m['mean']:,.1f}"
+    return f"{m['mean']:,.1f} ×{m['ratio']:.3f} {format_ci(m['ci_low'], m['ci_high'])}{'*' if m['ci_includes_1'] else ' '}"
 
 
 def format_table(results: dict) -> str:
+    """The terminal tables. With simulated counters they lead (the headline metric where guests run
+    under TCG) and wall-clock follows, labelled indicative under TCG."""
     d = results["design"]
     base = results["baseline"]
+    tcg = results.get("measurement", {}).get("accelerator") == "tcg"
+    wall = "wall-clock (TCG: indicative only)" if tcg else "wall-clock"
     lines = [
         f"{d['boots_per_kernel']} boots per kernel and workload × {d['runs_per_boot']} run(s) after a warm-up; "
-        f"order: {d['order']} (seed {d['seed']}); baseline {base}; ratios are speedups (> 1 better), 95% CI by bootstrap over boots",
+        f"order: {d['order']} (seed {d['seed']}); baseline {base}; 95% CI by bootstrap over boots",
     ]
+    methods = results.get("measurement", {}).get("ops_methods") or {}
     for n, w in results["workloads"].items():
-        lines += ["", f"{n} ({w['unit']})", f"  {'kernel':<22} {'mean':>12} {'sd':>10} {'cv':>6}  {'speedup [95% CI]':>26}"]
+        if w.get("sim"):
+            how = "/".join(methods.get(n) or ["estimate"])
+            lines += ["", f"{n}: simulated per operation (ops: {how}); ×ratio to {base}, < 1 = fewer events",
+                      f"  {'kernel':<22} " + " ".join(f"{SIM_TITLES[k]:>36}" for k in SIM_HEADLINE) + f" {'kernel share':>13}"]
+            for label, m in w["sim"].items():
+                cols = [_sim_cell(m[k], label == base) if k in m else "–" for k in SIM_HEADLINE]
+                lines.append(f"  {label:<22} " + " ".join(f"{c:>36}" for c in cols) + f" {m['kernel_insn_share']['mean']:>13.1%}")
+        lines += ["", f"{n}: {wall}, {w['unit']}; speedup > 1 is better",
+                  f"  {'kernel':<22} {'mean':>12} {'sd':>10} {'cv':>6}  {'speedup [95% CI]':>26}"]
         for s in w["summary"]:
             star = "*" if s["kernel"] != base and s["ci_includes_1"] else " "
             ci = "" if s["kernel"] == base else format_ci(s["ci_low"], s["ci_high"])
             lines.append(f"  {s['kernel']:<22} {s['mean']:>12.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {s['ratio']:>7.3f} {ci:>18}{star}")
-        if w.get("sim"):
-            lines.append(f"  simulated, per operation: {'kernel':<22} {'kernel insns':>24} {'kernel L1i misses':>24} {'kernel iTLB misses':>24} {'kernel share of insns':>10}")
-            for label, m in w["sim"].items():
-                cols = [_sim_cell(m[k], label == base) for k in ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_itlb_misses_per_op")]
-                lines.append(f"  {'':<26}{label:<22} {cols[0]:>24} {cols[1]:>24} {cols[2]:>24} {m['kernel_insn_share']['mean']:>10.1%}")
+    if results.get("sim_geomean"):
+        lines += ["", "geometric mean across workloads, simulated per operation (×ratio to the baseline [95% CI])"]
+        for label, g in results["sim_geomean"].items():
+            cells = [f"{SIM_TITLES[k]} ×{g[k]['ratio']:.3f} {format_ci(g[k]['ci_low'], g[k]['ci_high'])}{'*' if g[k]['ci_includes_1'] else ''}"
+                     for k in SIM_HEADLINE if k in g]
+            lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  over {len(next(iter(g.values()))['workloads']) if g else 0} workload(s)")
+    if results.get("failed"):
+        lines += ["", f"FAILED boots ({len(results['failed'])}; these cells have no sample from them — run the same command again to retry only these):"]
+        for f in results["failed"]:
+            lines.append(f"  {f['kernel']} on {f['workload']} (round {f['round'] + 1}): {f['error']} — console log: {f['console_log']}")
     if results["geomean"]:
-        lines += ["", "geometric mean of speedups across workloads"]
+        lines += ["", f"geometric mean of speedups across workloads, {wall}"]
         for label, g in results["geomean"].items():
             star = "*" if g["ci_includes_1"] else " "
             lines.append(f"  {label:<22} {g['speedup']:>7.3f} {format_ci(g['ci_low'], g['ci_high']):>18}{star}  over {len(g['workloads'])} workload(s)")

@@ -37,7 +37,7 @@ class RunOptions:
     design: bench.Design
     jobs: int
     guest: vm.Guest
-    sim: Any = None  # kpgo.sim.SimConfig
+    sim: Any = None  # bench.SimChoice (or a kpgo.sim.SimConfig: always simulated)
     studies: tuple[str, ...] = ()
     request: dict | None = None  # the command-line options, kept in run.json so `kpgo study` can extend the run
 
@@ -164,6 +164,38 @@ def fix_cached(profiles: Path, instr: dict, wl: dict, prof: dict) -> dict:
     return profile_stats(fixed)
 
 
+def _sim_results(s: dict, results: dict) -> list[str]:
+    """The simulated per-operation ratios of each app-specific kernel to vanilla, with CIs, and their geomean."""
+    heads = bench.SIM_HEADLINE
+    lines = ["## Results: simulated kernel work per operation (ratio to vanilla [95% CI]; < 1 = fewer events)", "",
+             "| workload | " + " | ".join(bench.SIM_TITLES[k] for k in heads) + " | operations counted |", "|---|" + "---|" * (len(heads) + 1)]
+    methods = results.get("measurement", {}).get("ops_methods") or {}
+    for n in s["workloads"]:
+        sim = ((results["workloads"].get(n) or {}).get("sim") or {}).get(f"optimized-{n}")
+        cells = [f"×{sim[k]['ratio']:.3f} {_ci(sim[k])}" if sim and k in sim else "–" for k in heads]
+        lines.append(f"| {n} | " + " | ".join(cells) + f" | {'/'.join(methods.get(n) or ['–'])} |")
+    geo = results.get("sim_own_geomean") or bench.own_sim_geomean(results)
+    if geo:
+        lines.append("| **geomean** | " + " | ".join(f"×{geo[k]['ratio']:.3f} {_ci(geo[k])}" if k in geo else "–" for k in heads) + " | |")
+    lines += ["", "Counted by kpgo's QEMU plugin in the measured window (docs/SIM.md); \\* the CI includes 1.0. "
+              "The geomean is over the app-specific kernels, each on its own workload.", ""]
+    if s["studies"]:
+        # Every kernel on every workload it was measured on, in the headline metric.
+        k = heads[0]
+        lines += [f"### Studies: {', '.join(s['studies'])} — simulated {bench.SIM_TITLES[k]}, ratio to vanilla [95% CI]", "",
+                  "| kernel | " + " | ".join(s["workloads"]) + " | geomean |", "|---|" + "---|" * (len(s["workloads"]) + 1)]
+        for label in [x for x in results["kernels"] if x != results["baseline"]]:
+            cells = []
+            for n in s["workloads"]:
+                m = (((results["workloads"].get(n) or {}).get("sim") or {}).get(label) or {}).get(k)
+                cells.append(f"×{m['ratio']:.3f} {_ci(m)}" if m else "–")
+            g = (results.get("sim_geomean") or {}).get(label, {}).get(k)
+            geo = f"×{g['ratio']:.3f} {_ci(g)}" if g else "–"
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {geo} |")
+        lines.append("")
+    return lines
+
+
 def markdown(s: dict, results: dict) -> str:
     host = s["host"]
     b = s["builds"]
@@ -172,16 +204,24 @@ def markdown(s: dict, results: dict) -> str:
         "",
         f"Host: {host['cpu']}; guests under **{host['accelerator'].upper()}**; {host['qemu']}; gcc {host['gcc']}",
         "",
-        "## Results",
+    ]
+    tcg = host["accelerator"] == "tcg"
+    if any((results["workloads"].get(n) or {}).get("sim") for n in s["workloads"]):
+        lines += _sim_results(s, results)
+    lines += [
+        "## Results: wall-clock" + (" (TCG: indicative only — software emulation does not show what code layout does on a real CPU)" if tcg else ""),
         "",
         "| workload | unit | vanilla | app-specific (optimized-WORKLOAD) | speedup [95% CI] | GCC used the profile |",
         "|---|---|---:|---:|---|---|",
     ]
     for n, w in s["workloads"].items():
-        rows = {r["kernel"]: r for r in results["workloads"][n]["summary"]}
-        o = rows[f"optimized-{n}"]
+        rows = {r["kernel"]: r for r in (results["workloads"].get(n) or {}).get("summary", [])}
         pr = w["proof"]
-        lines.append(f"| {n} | {w['unit']} | {rows['vanilla']['mean']:.1f} | {o['mean']:.1f} | {o['ratio']:.3f} {_ci(o)} "
+        van, o = rows.get("vanilla"), rows.get(f"optimized-{n}")
+        v_mean = f"{van['mean']:.1f}" if van else "FAILED"
+        o_mean = f"{o['mean']:.1f}" if o else "FAILED"
+        ratio = f"{o['ratio']:.3f} {_ci(o)}" if van and o else "–"
+        lines.append(f"| {n} | {w['unit']} | {v_mean} | {o_mean} | {ratio} "
                      f"| {pr['objects_used']}/{pr['objects_nonempty']} objects ({pr['ratio']:.1%}) |")
     if s["studies"]:
         # Every kernel on every workload it was measured on: the universal and cross-application studies.
@@ -191,7 +231,7 @@ def markdown(s: dict, results: dict) -> str:
         for label in labels:
             cells = []
             for n in s["workloads"]:
-                row = next((r for r in results["workloads"][n]["summary"] if r["kernel"] == label), None)
+                row = next((r for r in (results["workloads"].get(n) or {}).get("summary", []) if r["kernel"] == label), None)
                 cells.append(f"{row['ratio']:.3f} {_ci(row)}" if row else "–")
             g = results["geomean"].get(label)
             geo = f"{g['speedup']:.3f} {_ci(g)}" if g else "–"
@@ -202,13 +242,17 @@ def markdown(s: dict, results: dict) -> str:
         "",
         "## Builds",
         "",
-        "| build | build time | vmlinux .text | objects' .text* | .text.hot | .text.unlikely |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| build | build time | functions | text span | objects' .text* | .text.hot | .text.unlikely | bzImage | .text section (padded) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v, info in b.items():
         z = info["sizes"]
-        lines.append(f"| {v} | {fmt_secs(info['seconds'])} | {z['vmlinux_text']:,} | {z.get('objects_text', 0):,} | {z['text_hot']:,} | {z['text_unlikely']:,} |")
-    lines += ["", "Sizes in bytes; .text.hot/.text.unlikely summed over the objects linked into vmlinux (the linker folds them into .text).", ""]
+        cells = [z.get(k) for k in ("functions_size", "text_span", "objects_text", "text_hot", "text_unlikely", "bzimage", "vmlinux_text")]
+        lines.append(f"| {v} | {fmt_secs(info['seconds'])} | " + " | ".join("–" if n is None else f"{n:,}" for n in cells) + " |")
+    lines += ["", "Sizes in bytes. Functions: vmlinux's function symbols (`nm -S`) summed, each address once; text span: "
+              "from _stext to the end of the last function in .text below the entry text (2 MiB-aligned); objects' .text* (which includes .text.hot and "
+              ".text.unlikely): summed over the objects linked into vmlinux (the linker folds them into .text); "
+              ".text section: vmlinux's, padded to 2 MiB by the linker script, not the code size.", ""]
     for n, w in s["workloads"].items():
         c = w["profile"]["collected"]
         pr = w["proof"]

@@ -50,9 +50,14 @@ def verbose() -> bool:
     return os.environ.get("KPGO_VERBOSE") == "1"
 
 
+def which(tool: str) -> str | None:
+    """Absolute path of `tool` on PATH, or None."""
+    return shutil.which(tool)
+
+
 def need(tool: str) -> str:
     """Absolute path of `tool`, or a UserError naming the package to install."""
-    path = shutil.which(tool)
+    path = which(tool)
     if path is None:
         pkg = PACKAGES.get(tool, tool)
         raise UserError(f"required tool '{tool}' not found", f"install {pkg} (`make setup` installs everything)")
@@ -176,14 +181,15 @@ def _kill_group(p: subprocess.Popen[str]) -> None:
             continue
 
 
-def capture(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60) -> str:
-    """Run a short query command and return its stdout (errors become InfraError)."""
+def capture(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
+    """Run a short query command and return its stdout (errors become InfraError); `env` adds to the environment."""
     argv = [str(a) for a in argv]
     _need_program(argv[0])
     if verbose():
         print(f"+ {' '.join(argv)}", file=sys.stderr)
     try:
-        cp = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        cp = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         raise InfraError(f"{Path(argv[0]).name} did not answer within {timeout:.0f} s") from None
     if cp.returncode != 0:

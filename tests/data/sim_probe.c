@@ -1,11 +1,19 @@
 /*
  * sim_probe MODE N: guest programs with a known instruction footprint between kpgosim's window
  * markers (tests/test_sim_vm.py, benchmarks/bench_sim.py). Each run opens and closes exactly one
- * window. Counted user instructions (the open marker is counted, the close marker is not):
- *   loop N      4 per iteration, tiny code:              4*N + 2
- *   syscalls N  raw getppid syscalls (kernel-heavy):     4*N + 2 user (mov eax; syscall; dec; jnz)
+ * window. Counted user instructions (the open marker is counted, the close marker is not) and
+ * user taken branches (each loop's back edge is taken every iteration but the last):
+ *   loop N      4 per iteration, tiny code:              4*N + 2; taken N - 1 (one block)
+ *   syscalls N  raw getppid syscalls (kernel-heavy):     4*N + 2 user (mov eax; syscall; dec; jnz);
+ *               taken 2*N - 1 (each syscall enters the kernel, each jnz but the last)
  *   bigcode N   64 KiB of straight-line code, N sweeps:  16386*N + 2, every L1i line of it missing
- *               in a 32 KiB LRU cache (a cyclic sweep of twice the capacity)
+ *               in a 32 KiB LRU cache (a cyclic sweep of twice the capacity); taken N - 1 although
+ *               each sweep runs as 32+ blocks (page and block-size limits: fall-throughs)
+ *   straight N  80 KiB of straight-line code, N sweeps, its 5-byte instructions crossing page
+ *               boundaries (QEMU's page-crossing quirk): 16386*N + 2; taken N - 1
+ *   rep N       one rep stosb of N bytes, N <= 1 MiB (TCG: a block per iteration, jumping back
+ *               to itself): taken 0
+ *   empty N     open and close at once (N ignored): the window's fixed overhead; taken 0
  * Prints "sim_probe MODE N guest_seconds=S" (guest clock around the window) on stdout.
  */
 #include <stdio.h>
@@ -67,14 +75,59 @@ static void bigcode(unsigned long n)
                          : "rcx", "cc", "memory");
 }
 
-extern const char bigcode_start[];
+static void straight(unsigned long n)
+{
+    unsigned long a = 0;
+    /* 5-byte instructions: 4096 is not a multiple of 5, so most page boundaries fall inside one. */
+    __asm__ __volatile__(OPEN
+                         "mov %[n], %%rcx\n"
+                         "1:\n\t"
+                         ".globl straight_start\n"
+                         "straight_start:\n\t"
+                         ".rept 16384\n\t"
+                         "add $0x01020304, %%eax\n\t" /* 5 bytes (05 04 03 02 01): 80 KiB in all */
+                         ".endr\n\t"
+                         "dec %%rcx\n\t"
+                         "jnz 1b\n\t" CLOSE
+                         : [a] "+a"(a)
+                         : [n] "r"(n)
+                         : "rcx", "cc", "memory");
+}
 
-/* Map every page of the big code before the window: a page fault on an instruction fetch would
- * put a kernel handler between two blocks of it (and, with the fault, count one instruction
- * twice; docs/SIM.md). */
-static void touch_bigcode(void)
+#define REP_BYTES (1 << 20)
+static char rep_buf[REP_BYTES];
+
+static void rep_stos(unsigned long n)
+{
+    if (n > REP_BYTES) {
+        n = REP_BYTES;
+    }
+    __asm__ __volatile__(OPEN
+                         "mov %[n], %%rcx\n\t"
+                         "mov %[buf], %%rdi\n\t"
+                         "xor %%eax, %%eax\n\t"
+                         "rep stosb\n\t" CLOSE
+                         :
+                         : [n] "r"(n), [buf] "r"(rep_buf)
+                         : "rax", "rcx", "rdi", "cc", "memory");
+}
+
+static void empty(void)
+{
+    __asm__ __volatile__(OPEN CLOSE ::: "memory");
+}
+
+extern const char bigcode_start[], straight_start[];
+
+/* Map every page of the big code before the window: a page fault would put a kernel handler
+ * between two blocks of it (and, on an instruction fetch, count one instruction twice;
+ * docs/SIM.md). */
+static void touch_code(void)
 {
     for (const volatile char *p = bigcode_start; p < bigcode_start + 16384 * 4 + 4096; p += 4096) {
+        (void)*p;
+    }
+    for (const volatile char *p = straight_start; p < straight_start + 16384 * 5 + 4096; p += 4096) {
         (void)*p;
     }
 }
@@ -82,7 +135,7 @@ static void touch_bigcode(void)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: sim_probe loop|syscalls|bigcode N\n");
+        fprintf(stderr, "usage: sim_probe loop|syscalls|bigcode|straight|rep|empty N\n");
         return 2;
     }
     unsigned long n = strtoul(argv[2], 0, 0);
@@ -90,7 +143,10 @@ int main(int argc, char **argv)
      * system-wide, and its few hundred user instructions would land in it. */
     struct timespec pause = { 0, 50 * 1000 * 1000 };
     nanosleep(&pause, 0);
-    touch_bigcode();
+    touch_code();
+    if (!strcmp(argv[1], "rep")) {
+        memset(rep_buf, 1, sizeof(rep_buf));  /* likewise for the pages rep stosb writes */
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!strcmp(argv[1], "loop")) {
@@ -99,6 +155,12 @@ int main(int argc, char **argv)
         syscalls(n);
     } else if (!strcmp(argv[1], "bigcode")) {
         bigcode(n);
+    } else if (!strcmp(argv[1], "straight")) {
+        straight(n);
+    } else if (!strcmp(argv[1], "rep")) {
+        rep_stos(n);
+    } else if (!strcmp(argv[1], "empty")) {
+        empty();
     } else {
         fprintf(stderr, "sim_probe: unknown mode %s\n", argv[1]);
         return 2;

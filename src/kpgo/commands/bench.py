@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="benchmark kernels × workloads (interleaved boots, 95%% CI of ratios, optional simulated counters)",
         description="Boot every kernel on every workload BOOTS times in randomized blocks (each round a fresh random "
         "order; or --order abba), warm up, run the workload RUNS times per boot, and print per kernel and workload the "
-        "mean, sd, cv and the speedup over the first kernel with a bootstrap 95%% CI over boots, and each kernel's "
+        "mean, sd, cv and the speedup over the first kernel with a bootstrap 95% CI over boots, and each kernel's "
         "geometric-mean speedup across workloads. With --sim, a QEMU plugin also counts guest instructions and "
         "simulated L1i/iTLB misses, kernel and user, per operation. Everything goes to OUT/results.json; finished "
         "boots in OUT are reused.",
@@ -37,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
     res = bench.bench(kernels, specs, args.out, design=design_from(args), guest=guest_from(args), sim=sim_from(args))
     print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
+    bench.raise_if_failed(res, args.out)
     return 0

@@ -59,9 +59,12 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--order", choices=("random", "abba"), default="random",
                    help="boot order per round: random (randomized blocks, default) or abba (alternating A B / B A)")
     g.add_argument("--seed", type=int, help="seed of the random order (default: the earlier bench's in the same directory, else drawn and recorded)")
-    g.add_argument("--sim", action="store_true", help="also count guest instructions and simulated L1i/iTLB misses with kpgo's QEMU plugin (docs/SIM.md)")
+    g.add_argument("--sim", action=argparse.BooleanOptionalAction, default=None,
+                   help="count guest instructions, taken branches and simulated L1i/iTLB misses per operation with kpgo's QEMU "
+                   "plugin (docs/SIM.md); default: on when guests run under TCG (no working KVM), where they are the headline, "
+                   "off under KVM; --no-sim turns them off")
     g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=2M (repeatable)")
+                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=4k (default 2M: kernel text on huge pages; repeatable)")
 
 
 def design_from(args: argparse.Namespace):  # -> bench.Design
@@ -70,13 +73,12 @@ def design_from(args: argparse.Namespace):  # -> bench.Design
     return bench.Design(boots=args.boots, runs=args.runs, order=args.order, seed=args.seed)
 
 
-def sim_from(args: argparse.Namespace):  # -> sim.SimConfig | None
+def sim_from(args: argparse.Namespace):  # -> bench.SimChoice
+    """--sim / --no-sim / neither (auto: simulated exactly when guests run under TCG) with --sim-opt."""
+    from kpgo import bench, sim
     from kpgo.errors import UserError
 
-    if args.sim_opt and not args.sim:
-        raise UserError("--sim-opt given without --sim", "add --sim")
-    if not args.sim:
-        return None
-    from kpgo import sim
-
-    return sim.SimConfig.parse(",".join(args.sim_opt))
+    if args.sim_opt and args.sim is False:
+        raise UserError("--sim-opt given with --no-sim", "drop one of them")
+    mode = {None: "auto", True: "on", False: "off"}[args.sim]
+    return bench.SimChoice(mode, sim.SimConfig.parse(",".join(args.sim_opt)))

@@ -235,6 +235,11 @@ class Gcda:
         values[dst] = self.payload[idx[0::2]].astype(np.uint64) | (self.payload[idx[1::2]].astype(np.uint64) << 32)
         return values
 
+    def all_zero(self) -> bool:
+        """True when every counter of every kind is zero (the object never ran in the profiled window)."""
+        kinds = {int(t - TAG_COUNTER_BASE) >> 17 for t in self.tags.tolist() if TAG_COUNTER_BASE <= t < TAG_COUNTER_BASE + (32 << 17)}
+        return not any(self.counters(k).any() for k in kinds)
+
     def counter_count(self, kind: int = ARCS) -> int:
         return int(self._counter_records(kind)[1].sum())
 

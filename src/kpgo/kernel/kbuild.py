@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kpgo import atomic, proc
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import kconfig, proof
+from kpgo.kernel import codesize, kconfig, proof
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
@@ -110,6 +110,9 @@ def build(req: BuildRequest) -> dict:
     done = load_manifest(out)
     if done and done.get("key") == key and done.get("ok"):
         say(f"build {req.variant}: up to date in {out}")
+        # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
+        # (in the returned manifest only: the sizes are not an input, the key and build.json stay as they are)
+        done["sizes"] = codesize.complete(out, done.get("sizes"))
         return done
     keyfile = out / ".kpgo-key"
     if out.exists() and not (keyfile.exists() and keyfile.read_text() == key):
@@ -126,11 +129,16 @@ def build(req: BuildRequest) -> dict:
     config = kconfig.configure(req.source.path, out, req.config, req.variant, log)
     t_config = time.monotonic() - t0
 
-    installed = _install_profile(req.profile, out) if req.profile else 0
+    installed, zero = _install_profile(req.profile, out) if req.profile else (0, 0)
     flags = list(req.kcflags)
     if req.variant == "optimized":
         flags = [*PROFILE_USE_FLAGS, *flags]
-    compiled = _make(req, out, log, flags)
+    make_args, env = _reuse_env(req.variant)
+    if req.variant in ("vanilla", "optimized") and not env:
+        say(f"build {req.variant}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
+    before = _ccache_stats(env)
+    compiled = _make(req, out, log, flags, make_args, env)
+    after = _ccache_stats(env)
     t_total = time.monotonic() - t0
     release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", "kernelrelease"]).strip().splitlines()[-1]
     manifest: dict = {
@@ -151,6 +159,10 @@ def build(req: BuildRequest) -> dict:
         "vmlinux": str(out / "vmlinux"),
         "build_dir": str(out),
         "gcov": config.get("CONFIG_GCOV_KERNEL") == "y",
+        # Objects taken from ccache (compiled before with identical inputs, .gcda included) vs compiled now.
+        "reuse": {"mode": env.get("KPGO_REUSE", "off"), "objects_all_zero_profile": zero,
+                  "reused": sum(after.get(k, 0) - before.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit")),
+                  "cache_misses": after.get("cache_miss", 0) - before.get("cache_miss", 0)},
         "sizes": text_sizes(out),
     }
     manifest["ok"] = True
@@ -173,16 +185,56 @@ def _check_profile(profile: Path) -> None:
         raise UserError(f"profile directory {profile} holds no .gcda files", "collect a profile first (`kpgo collect`)")
 
 
-def _install_profile(profile: Path, out: Path) -> int:
+# The object summary of an all-zero .gcda as installed: GCC's code for an object that never ran does not depend
+# on it (byte-identical objects for any sum_max: tests/test_reuse.py, docs/MEASUREMENTS.md), so one canonical
+# value makes such files identical across workloads and their objects reusable (REUSE_CC).
+ZERO_SUMMARY = (1, 1)
+REUSE_CC = Path(__file__).with_name("reuse-cc.sh")
+ZERO_MARK = ".kpgo-zero"
+
+
+def _install_profile(profile: Path, out: Path) -> tuple[int, int]:
     """Put each .gcda beside the object it belongs to: GCC looks for <dumpdir>/<base>.gcda
-    relative to the directory it compiles in, which for Kbuild is the O= directory."""
-    n = 0
+    relative to the directory it compiles in, which for Kbuild is the O= directory. An all-zero
+    file gets the canonical summary and a marker (X.kpgo-zero) that lets REUSE_CC take X.o from ccache.
+    Returns (files installed, all-zero files)."""
+    from kpgo.gcov.gcda import read_gcda
+
+    n = zero = 0
     for src in profile.rglob("*.gcda"):
-        dst = out / src.relative_to(profile)
+        rel = src.relative_to(profile)
+        dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+        g = read_gcda(src)
+        if g.all_zero():
+            dst.write_bytes(g.with_summary(*ZERO_SUMMARY).to_bytes())
+            dst.with_suffix(ZERO_MARK).touch()
+            zero += 1
+        else:
+            shutil.copyfile(src, dst)
         n += 1
-    return n
+    return n, zero
+
+
+def _reuse_env(variant: str) -> tuple[list[str], dict[str, str]]:
+    """make arguments and environment that send the variant's reusable compiles through ccache: every object of a
+    vanilla build, the all-zero-profile objects of an optimized one (instrumented builds: none). Nothing without
+    ccache (reuse is then off, and the build says so)."""
+    mode = {"vanilla": "all", "optimized": "zero"}.get(variant)
+    if mode is None or not proc.which("ccache"):
+        return [], {}
+    env = {"KPGO_REUSE": mode, "CCACHE_DIR": str(cache_dir() / "ccache"),
+           # Each build has its own O= directory, and Kbuild compiles in it: without this every build would miss.
+           "CCACHE_NOHASHDIR": "1"}
+    return [f"CC=sh {REUSE_CC}"], env
+
+
+def _ccache_stats(env: dict[str, str]) -> dict[str, int]:
+    if not env:
+        return {}
+    out = proc.capture(["ccache", "--print-stats"], env=env)
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    return {k: int(v) for k, v in stats.items() if v.strip().isdigit()}
 
 
 _STEP = re.compile(r"^\s+(CC|AS|LD|AR|HOSTCC|GEN|OBJCOPY|BUILD)\s+(\S+)")
@@ -212,7 +264,7 @@ def _expected_count(req: BuildRequest) -> int | None:
         return None
 
 
-def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str]) -> int:
+def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str], make_args: list[str], env: dict[str, str]) -> int:
     bar = Progress(f"build {req.variant}: objects", _expected_count(req))
     compiled = 0
 
@@ -223,10 +275,10 @@ def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str]) -> int:
             compiled += 1
             bar.step(note=m.group(2))
 
-    argv = ["make", "-C", req.source.path, f"O={out}", f"-j{req.jobs}", "bzImage"]
+    argv = ["make", "-C", req.source.path, f"O={out}", f"-j{req.jobs}", *make_args, "bzImage"]
     if kcflags:
         argv.append("KCFLAGS=" + " ".join(kcflags))
-    res = proc.run(argv, log=log, on_line=line, check=False, keep_output=False)
+    res = proc.run(argv, log=log, on_line=line, check=False, keep_output=False, env=env or None)
     if res.returncode != 0:
         bar.close("failed")
         _report_failure(log)
@@ -242,29 +294,31 @@ def _report_failure(log: Path) -> None:
         print(f"  | {ln[:200]}", flush=True)
 
 
-def text_sizes(out: Path) -> dict[str, int]:
-    """.text of vmlinux (padded to the kernel's alignment), and .text* / .text.hot / .text.unlikely
-    summed over the objects linked into it (the kernel's linker script folds those input sections
-    into the one output .text, so only the objects show the split)."""
-    sizes = {"vmlinux_text": 0, "objects_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
-    vmlinux = out / "vmlinux"
-    if not vmlinux.exists():
-        return sizes
-    for name, size in _section_sizes([vmlinux]):
-        if name == ".text":
-            sizes["vmlinux_text"] += size
+def text_sizes(out: Path) -> dict[str, int | None]:
+    """Code size of the build in `out`, in bytes (the keys of build.json's "sizes"):
+    - functions_size, functions, text_span, vmlinux_text: from vmlinux (codesize.measure: the function symbols'
+      sizes summed; the span of .text in use; the .text section itself, padded to 2 MiB, for reference only);
+    - bzimage: the size of arch/x86/boot/bzImage;
+    - objects_text, text_hot, text_unlikely, objects: .text* / .text.hot* / .text.unlikely* summed over the
+      objects linked into vmlinux (objects_text includes the other two). The kernel's linker script folds those
+      input sections into the one output .text, so only the objects show the split.
+    None (vmlinux keys) or 0 (object sums) for what the directory does not hold."""
+    objects = {"objects_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
+    sizes = codesize.vmlinux_sizes(out)
+    if not (out / "vmlinux").exists():
+        return sizes | objects
     members = proc.capture(["ar", "t", out / "vmlinux.a"]).split() if (out / "vmlinux.a").exists() else []
     objs = [out / m for m in members if m.endswith(".o") and (out / m).exists()]
-    sizes["objects"] = len(objs)
+    objects["objects"] = len(objs)
     for i in range(0, len(objs), 400):
         for name, size in _section_sizes(objs[i : i + 400]):
             if name == ".text" or name.startswith(".text."):
-                sizes["objects_text"] += size
+                objects["objects_text"] += size
             if name.startswith(".text.hot"):
-                sizes["text_hot"] += size
+                objects["text_hot"] += size
             elif name.startswith(".text.unlikely"):
-                sizes["text_unlikely"] += size
-    return sizes
+                objects["text_unlikely"] += size
+    return sizes | objects
 
 
 def _section_sizes(files: list[Path]) -> list[tuple[str, int]]:

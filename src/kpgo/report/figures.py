@@ -135,9 +135,11 @@ def bar_panels(panels: Sequence[tuple[str, dict[tuple[str, str], Cell]]], groups
 
 
 def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int], Cell], *, title: str,
-            xlabel: str, ylabel: str, diagonal: set[tuple[int, int]] | None = None, center: float = 1.0) -> bytes:
-    """Ratios around `center` on a diverging scale (blue better, red worse), each cell annotated with its value and
-    '*' where the CI includes 1; cells not measured are grey; `diagonal` cells (a kernel on its own workload) framed."""
+            xlabel: str, ylabel: str, diagonal: set[tuple[int, int]] | None = None, center: float = 1.0,
+            lower_is_better: bool = False, scale: str = "speedup (1 = same as baseline)") -> bytes:
+    """Ratios around `center` on a diverging scale (blue better, red worse; with lower_is_better, as for simulated
+    events per operation, below `center` is better), each cell annotated with its value and '*' where the CI
+    includes 1; cells not measured are grey; `diagonal` cells (a kernel on its own workload) framed."""
     import numpy as np
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
@@ -149,7 +151,7 @@ def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int
     dev = float(np.nanmax(np.abs(m - center))) if np.isfinite(m).any() else 0.0
     dev = max(dev, 0.02)
     norm = Normalize(center - dev, center + dev)
-    cmap = colormaps["RdBu"].with_extremes(bad="#dddddd")
+    cmap = colormaps["RdBu_r" if lower_is_better else "RdBu"].with_extremes(bad="#dddddd")
     width = min(16.0, max(6.0, 2.4 + 0.95 * len(cols)))
     fig = _figure(width, min(14.0, max(3.4, 1.6 + 0.55 * len(rows))))
     ax = fig.add_subplot()
@@ -170,7 +172,7 @@ def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(_wrap(title, width), fontsize=11)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="speedup (1 = same as baseline)")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=scale)
     return png(fig)
 
 
@@ -207,3 +209,49 @@ def _wrap(text: str, inches: float, points: float = 11) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, max(20, int(inches * 72 / (0.55 * points)))))
+
+
+def fraction_bars(labels: Sequence[str], fractions: Sequence[float], *, title: str, xlabel: str, threshold: float | None = None) -> bytes:
+    """Horizontal bars of fractions in [0, 1] (one per label), each annotated, with an optional threshold line."""
+    fig = _figure(7.5, 1.2 + 0.38 * len(labels))
+    ax = fig.add_subplot()
+    ys = list(range(len(labels)))[::-1]
+    ax.barh(ys, fractions, color=_colors(1)[0], height=0.6)
+    for y, f in zip(ys, fractions):
+        ax.annotate(f"{f:.1%}", (f, y), xytext=(-4, 0), textcoords="offset points", ha="right", va="center", color="white", fontsize=9)
+    if threshold is not None:
+        ax.axvline(threshold, color="black", linestyle="--", linewidth=0.9, label=f"threshold {threshold:.0%}")
+        ax.legend(loc="lower left", fontsize=8, frameon=False)
+    ax.set_yticks(ys, labels)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(xlabel)
+    ax.set_title(_wrap(title, 7.5), fontsize=11)
+    return png(fig)
+
+
+def strips(groups: Sequence[str], series: Sequence[str], values: dict[tuple[str, str], list[float]], *, title: str, ylabel: str) -> bytes:
+    """Every boot's value as a dot, per group (workload) and series (kernel), beside the series' mean: the spread
+    behind each ratio, on a scale relative to the first series' mean of the group."""
+    width = min(16.0, max(6.5, 1.2 + len(groups) * (0.3 * len(series) + 0.5)))
+    fig = _figure(width, 4.4)
+    ax = fig.add_subplot()
+    colors = _colors(len(series))
+    step = 0.8 / max(len(series), 1)
+    for j, s in enumerate(series):
+        for i, g in enumerate(groups):
+            vs = values.get((g, s)) or []
+            ref = values.get((g, series[0])) or []
+            if not vs or not ref:
+                continue
+            r = sum(ref) / len(ref)
+            x = i - 0.4 + step * (j + 0.5)
+            rel = [v / r for v in vs]
+            ax.scatter([x] * len(rel), rel, color=colors[j], s=16, zorder=3, label=s if i == 0 else None)
+            ax.hlines(sum(rel) / len(rel), x - step * 0.4, x + step * 0.4, color=colors[j], linewidth=1.6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(groups)), groups, rotation=30 if len(groups) > 5 else 0, ha="right" if len(groups) > 5 else "center")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(_wrap(title, width), fontsize=11)
+    fig.legend(loc="outside lower center", ncol=min(len(series), 4), fontsize=9, frameon=False)
+    return png(fig)

@@ -68,10 +68,19 @@ def sim_model(res: dict[str, Any]) -> str:
     return "; ".join(parts) or "settings not recorded"
 
 
+def ops_how(res: dict[str, Any]) -> str:
+    """How the per-operation divisor was obtained, from the methods recorded with the results."""
+    methods = {m for ms in ((res.get("measurement") or {}).get("ops_methods") or {}).values() for m in ms}
+    if methods == {"count"}:
+        return "the exact operation count each load generator reports or runs"
+    if "count" in methods:
+        return "exact operation counts where the generator reports them, else each load step's time × rate (per workload in results.json)"
+    return "operations estimated from each load step's time and rate"
+
+
 def sim(res: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     return (f"Measured: simulated counters (not wall-clock) — guest instructions and misses of a simulated {sim_model(res)}, "
-            f"counted by kpgo's QEMU plugin over the measured window, per operation (operations estimated from each "
-            f"load step's time and rate; docs/SIM.md), {guests(res, run)}; "
+            f"counted by kpgo's QEMU plugin over the measured window, per operation ({ops_how(res)}; docs/SIM.md), {guests(res, run)}; "
             f"{design_brief(res)}; 95% CI by percentile bootstrap over boots.")
 
 

@@ -1,6 +1,6 @@
 """Profile analyses for the report: pairwise similarity of the run's fixed profiles and each profile's most
 executed kernel functions (kpgo.analysis.characterize), cached in OUT_DIR because reading a server kernel's .gcno
-files takes a while; function sizes in vmlinux from `nm -S`."""
+files takes a while; function sizes in vmlinux from `nm -S` (kpgo.kernel.codesize)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, proc
+from kpgo import atomic
 from kpgo.errors import KpgoError
+from kpgo.kernel import codesize
 
 CACHE_NAME = "profile-cache.json"
 CACHE_VERSION = 1  # bump when what is cached changes
@@ -122,23 +123,15 @@ class SymSize:
 
 
 def text_sizes(vmlinux: Path) -> dict[str, SymSize]:
-    """Function name -> sizes in `vmlinux`, from `nm -S` (text symbols only)."""
-    out = proc.capture(["nm", "-S", "--defined-only", str(vmlinux)], timeout=300)
+    """Function name -> sizes in `vmlinux`, from its function symbols (kpgo.kernel.codesize: the one `nm -S` parse;
+    which symbols count is said there). Every symbol adds to its name, aliases included."""
     sizes: dict[str, SymSize] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) != 4 or parts[2] not in ("t", "T"):
-            continue
-        try:
-            n = int(parts[1], 16)
-        except ValueError:
-            continue
-        name = parts[3]
-        base = name.split(".", 1)[0]  # foo.isra.0, foo.cold, foo.constprop.0.cold -> foo
+    for f in codesize.symbols(vmlinux).functions:
+        base = f.name.split(".", 1)[0]  # foo.isra.0, foo.cold, foo.constprop.0.cold -> foo
         s = sizes.setdefault(base, SymSize(0, 0, 0))
-        if name.endswith(".cold") or ".cold." in name:
-            s.cold += n
+        if f.name.endswith(".cold") or ".cold." in f.name:
+            s.cold += f.size
         else:
-            s.size += n
+            s.size += f.size
             s.symbols += 1
     return sizes

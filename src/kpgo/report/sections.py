@@ -135,6 +135,124 @@ def header(ctx: Context) -> Section | Skipped:
     return Section("header", 1, "Run", how + ".", blocks, data)
 
 
+# -- 0. headline ---------------------------------------------------------------------------------------------------
+
+HEADLINE_SIM = (("kernel_insns_per_op", "kernel instructions/op"), ("kernel_l1i_misses_per_op", "kernel L1i misses/op"),
+                ("kernel_taken_branches_per_op", "kernel taken branches/op"))
+
+
+def headline(ctx: Context) -> Section | Skipped:
+    """The three questions a user asks first, each one sentence and one figure: did GCC use the profile; how much
+    less work per operation does the kernel do (simulated counters on TCG, wall-clock with KVM); how was it measured."""
+    from kpgo import bench
+
+    title = "Headline"
+    res, run = ctx.data.results, ctx.data.run or {}
+    proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
+              if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
+    if res is None and not proofs:
+        return Skipped("headline", 0, title, "no bench/results.json and no proof in run.json")
+    blocks: list[Any] = []
+    data: dict[str, Any] = {}
+    # 1. Did GCC use the profile?
+    if proofs:
+        ratios = {n: float(p.get("ratio") or 0.0) for n, p in proofs.items()}
+        ok = all(p.get("ok") for p in proofs.values())
+        lo = min(ratios, key=lambda n: ratios[n])
+        blocks.append(f"Did GCC use the profile? {'Yes' if ok else 'Not everywhere'}: in each of the {len(proofs)} optimized "
+                      f"build(s), GCC's own profile dump shows it read the counts of at least {ratios[lo]:.1%} of the objects "
+                      f"with a non-empty profile (lowest: {lo}; a build below {float(next(iter(proofs.values())).get('threshold') or 0.95):.0%} "
+                      "fails; section 10).")
+        blocks.append(Figure("headline-proof", "Share of the objects with a non-empty profile whose counts GCC read, per "
+                             "optimized build. Measured: GCC's own -fdump-ipa-profile dumps at build time, object by object; "
+                             "no guest involved, so it holds alike for KVM, TCG or bare metal.",
+                             "Bar chart: objects whose gcov profile GCC read, per optimized build",
+                             figures.fraction_bars(list(ratios), list(ratios.values()), title="Objects whose profile GCC read",
+                                                   xlabel="share of objects with a non-empty profile",
+                                                   threshold=float(next(iter(proofs.values())).get("threshold") or 0.95))))
+        data["proof"] = {n: {"ratio": r, "ok": bool(proofs[n].get("ok"))} for n, r in ratios.items()}
+    if res is None:
+        return Section("headline", 0, title, "No bench results: only the proof.", blocks, data)
+    base = res["baseline"]
+    wls = list(res["workloads"])
+    simulated_headline = measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated"
+    # 2. How much less work per operation?
+    if simulated_headline:
+        how = measure.sim(res, ctx.data.run)
+        geo = res.get("sim_own_geomean") or bench.own_sim_geomean(res)
+        own = {n: (res["workloads"][n].get("sim") or {}).get(f"optimized-{n}") for n in wls}
+        parts = [f"{label} ×{m.ratio_ci(geo[k])}" for k, label in HEADLINE_SIM if k in geo]
+        ranges = []
+        for k, label in HEADLINE_SIM[:2]:
+            vals = {n: o[k]["ratio"] for n, o in own.items() if o and k in o}
+            if vals:
+                a, b = min(vals, key=lambda n: vals[n]), max(vals, key=lambda n: vals[n])
+                ranges.append(f"{label} from ×{vals[a]:.3f} ({a}) to ×{vals[b]:.3f} ({b})")
+        blocks.append(f"How much less work does the kernel do per operation? On its own workload, the app-specific kernel "
+                      f"relative to {base}, geometric mean over {len(next(iter(geo.values()))['workloads']) if geo else 0} workload(s): "
+                      + ("; ".join(parts) or "–") + (". Per workload: " + "; ".join(ranges) if ranges else "") + ". (< 1: fewer events; "
+                      "* the 95% CI includes 1.0.)")
+        panels = []
+        for k, label in HEADLINE_SIM:
+            cells = {(n, "app-specific"): c for n, o in own.items() if o and (c := Cell.of(o.get(k))) is not None}
+            if k in geo and (c := Cell.of(geo[k])) is not None:
+                cells[("geomean", "app-specific")] = c
+            if cells:  # results from before a counter existed (taken branches) have none
+                panels.append((label, cells))
+        groups = [n for n in wls if own.get(n)] + (["geomean"] if geo else [])
+        if groups and panels:
+            blocks.append(Figure("headline-work", f"Simulated kernel events per operation of each app-specific kernel on its own "
+                                 f"workload relative to {base}, and their geometric mean (bars start at 1.0; < 1 = fewer; whiskers: "
+                                 f"95% CI; * the CI includes 1.0). {how}",
+                                 f"Bar charts: kernel instructions, L1i misses and taken branches per operation relative to {base} (simulated)",
+                                 figures.bar_panels(panels, groups, ["app-specific"], title=f"App-specific kernel relative to {base}, per operation (simulated)",
+                                                    ylabel=f"ratio to {base}")))
+        data["work"] = {"metric": "simulated", "geomean": geo, "workloads": {n: {k: o.get(k) for k, _ in HEADLINE_SIM} for n, o in own.items() if o}}
+        metric_key, metric_label = HEADLINE_SIM[0]
+        per_boot = {(x["workload"], "vanilla" if x["kernel"] == base else "app-specific"): [] for x in res.get("samples", [])}
+        for x in res.get("samples", []):
+            if (x["kernel"] == base or x["kernel"] == f"optimized-{x['workload']}") and metric_key in (x.get("sim_per_op") or {}):
+                per_boot[(x["workload"], "vanilla" if x["kernel"] == base else "app-specific")].append(x["sim_per_op"][metric_key])
+    else:
+        how = measure.wall(res, ctx.data.run)
+        geo_w = res.get("geomean") or {}
+        own_rows = {n: rows_by_kernel(res["workloads"][n]).get(f"optimized-{n}") for n in wls}
+        cells = {(n, "app-specific"): c for n, r in own_rows.items() if r and (c := Cell.of(speedup_of(r))) is not None}
+        parts = [f"{n} {m.ratio_ci(speedup_of(r))}" for n, r in own_rows.items() if r]
+        blocks.append(f"How much faster is the kernel? Wall-clock speedup of each app-specific kernel over {base} on its own "
+                      f"workload: " + ("; ".join(parts) or "–") + ". (> 1 better; * the 95% CI includes 1.0.)")
+        if cells:
+            blocks.append(Figure("headline-work", f"Wall-clock speedup of each app-specific kernel over {base} on its own workload "
+                                 f"(bars start at 1.0; whiskers: 95% CI). {how}", f"Bar chart: app-specific speedup over {base}, wall-clock",
+                                 figures.bar_chart([n for n in wls if (n, "app-specific") in cells], ["app-specific"], cells,
+                                                   title=f"App-specific kernel, speedup over {base} (wall-clock)", ylabel=f"speedup over {base}")))
+        data["work"] = {"metric": "wall-clock", "workloads": {n: r for n, r in own_rows.items() if r}, "geomean": geo_w}
+        metric_label = "throughput"
+        per_boot = {}
+        for x in res.get("samples", []):
+            if x["kernel"] == base or x["kernel"] == f"optimized-{x['workload']}":
+                per_boot.setdefault((x["workload"], "vanilla" if x["kernel"] == base else "app-specific"), []).append(float(x["mean"]))
+    # 3. How was it measured?
+    des = res.get("design") or {}
+    meas = res.get("measurement") or {}
+    blocks.append(f"How was it measured? {measure.accelerator(res, ctx.data.run)}; "
+                  + ("simulated counters are the headline here (wall-clock under TCG is indicative only, section 2)" if simulated_headline
+                     else "wall-clock throughput") + f"; {des.get('boots_per_kernel', '?')} boot(s) per kernel and workload in "
+                  f"{des.get('order_name', 'random')} order, a warm-up discarded per boot, 95% CIs by bootstrap over boots; "
+                  + (measure.ops_how(res) + " as the per-operation divisor." if simulated_headline else "") + " Every boot is a dot below.")
+    groups = [n for n in wls if per_boot.get((n, "vanilla")) and per_boot.get((n, "app-specific"))]
+    if groups:
+        blocks.append(Figure("headline-boots", f"Every boot's {metric_label} relative to the mean of {base}'s boots of the same "
+                             f"workload (dots; bars: means): the spread behind each ratio. {how}",
+                             f"Dot plot: per-boot {metric_label} of {base} and the app-specific kernel "
+                             f"({'simulated' if simulated_headline else 'wall-clock'}, guests under {measure.short_accelerator(res, ctx.data.run)})",
+                             figures.strips(groups, ["vanilla", "app-specific"], {k: v for k, v in per_boot.items() if v},
+                                            title=f"Per-boot {metric_label}, relative to {base}'s mean", ylabel=f"relative to {base}")))
+    data["measured"] = {"accelerator": meas.get("accelerator"), "headline": "simulated" if simulated_headline else "wall-clock",
+                        "boots_per_kernel": des.get("boots_per_kernel"), "ops_methods": meas.get("ops_methods")}
+    return Section("headline", 0, title, how, blocks, data)
+
+
 # -- 2. speedup ----------------------------------------------------------------------------------------------------
 
 
@@ -274,82 +392,124 @@ def universal(ctx: Context) -> Section | Skipped:
     if not unis or not own:
         return Skipped("universal", 4, title, "no universal-raw/universal-norm kernels" if not unis
                        else "no optimized-<workload> kernel measured on its workload")
-    how = measure.wall(res, ctx.data.run)
+    metric = headline_metric(res)  # the figure: simulated kernel instructions/op on TCG, else wall-clock speedup
     series = ["app-specific"] + unis
-    cells: dict[tuple[str, str], Cell] = {}
-    rows = []
-    data: dict[str, Any] = {}
-    for name, w in res["workloads"].items():
-        byk = rows_by_kernel(w)
-        picks = {"app-specific": byk.get(f"optimized-{name}")} | {u: byk.get(u) for u in unis}
-        if not any(picks.values()):
-            continue
-        rows.append([name, f"optimized-{name}" if picks["app-specific"] else "–"]
-                    + [m.ratio_ci(speedup_of(r)) if r else "–" for r in picks.values()])
-        data[name] = {s: r for s, r in picks.items() if r}
-        for s, r in picks.items():
-            c = Cell.of(speedup_of(r)) if r else None
-            if c is not None:
-                cells[(name, s)] = c
-    geo = res.get("geomean") or {}
-    if any(u in geo for u in unis):
-        rows.append(["geomean", "–"] + ["–"] + [m.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis])
     accel = measure.short_accelerator(res, ctx.data.run)
-    groups = list(data)
-    png = figures.bar_chart(groups, series, cells, title=f"App-specific and universal profiles, speedup over {base} ({accel}, wall-clock)",
-                            ylabel=f"speedup over {base} (> 1 better)")
     blocks: list[Any] = [
         "App-specific: the kernel optimized with the profile of the workload itself (optimized-<workload>). Universal: "
         "one kernel for all, optimized with the merged profiles of every workload (universal-raw: counters added as "
-        "collected; universal-norm: each profile scaled to the same total first).",
-        Figure("universal", f"Speedup over {base} per workload of the app-specific kernel and the universal kernels "
-               f"(bars start at 1.0; whiskers: 95% CI; * the CI includes 1.0). {how}",
-               f"Bar chart: app-specific vs universal kernels, speedup over {base}, wall-clock throughput {measure.under(res, ctx.data.run)}", png),
-        Table(f"Speedup over {base} [95% CI]. {how}", ["workload", "app-specific kernel", "app-specific"] + unis, rows,
-              [False, False] + [True] * (1 + len(unis))),
-        STAR,
-    ]
-    return Section("universal", 4, title, how, blocks, {"baseline": base, "workloads": data,
-                                                        "geomean": {u: geo[u] for u in unis if u in geo}})
+        "collected; universal-norm: each profile scaled to the same total first)."]
+    data: dict[str, Any] = {"baseline": base, "metric": metric or "wall-clock speedup"}
+    for mt in ([metric, None] if metric else [None]):
+        how = measure.sim(res, ctx.data.run) if mt else measure.wall(res, ctx.data.run)
+        name = f"simulated {dict(HEADLINE_SIM)[mt]}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
+        cells: dict[tuple[str, str], Cell] = {}
+        rows = []
+        per: dict[str, Any] = {}
+        for wl in res["workloads"]:
+            picks = {"app-specific": _metric_cell(res, wl, f"optimized-{wl}", mt)} | {u: _metric_cell(res, wl, u, mt) for u in unis}
+            if not any(picks.values()):
+                continue
+            # Universal-norm against app-specific directly: the gap the published work left (points of the ratio).
+            gap = (picks["universal-norm"]["ratio"] - picks["app-specific"]["ratio"]) if picks.get("universal-norm") and picks["app-specific"] else None
+            rows.append([wl, f"optimized-{wl}" if picks["app-specific"] else "–"] + [m.ratio_ci(r) if r else "–" for r in picks.values()]
+                        + ["–" if gap is None else f"{gap * 100:+.1f}"])
+            per[wl] = {s_: r for s_, r in picks.items() if r}
+            for s_, r in picks.items():
+                c = Cell.of(r) if r else None
+                if c is not None:
+                    cells[(wl, s_)] = c
+        if mt:
+            geo = res.get("sim_geomean") or {}
+            gl = [m.ratio_ci(geo[u][mt]) if mt in geo.get(u, {}) else "–" for u in unis]
+        else:
+            geo = res.get("geomean") or {}
+            gl = [m.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis]
+        if any(x != "–" for x in gl):
+            rows.append(["geomean", "–", "–"] + gl + ["–"])
+        if mt == metric:
+            png = figures.bar_chart(list(per), series, cells, title=f"App-specific and universal profiles: {name} ({accel})",
+                                    ylabel=f"ratio to {base}" if mt else f"speedup over {base} (> 1 better)")
+            blocks.append(Figure("universal", f"{name[0].upper() + name[1:]} per workload of the app-specific kernel and the "
+                                 f"universal kernels (bars start at 1.0; whiskers: 95% CI; * the CI includes 1.0). {how}",
+                                 f"Bar chart: app-specific vs universal kernels, {name}, "
+                                 f"{'simulated counters' if mt else 'wall-clock throughput'} {measure.under(res, ctx.data.run)}", png))
+            data["workloads"] = per
+            data["geomean"] = {u: (geo.get(u) or {}).get(mt) if mt else geo.get(u) for u in unis if u in geo}
+        else:
+            data["wall_clock"] = {"workloads": per, "geomean": {u: geo[u] for u in unis if u in geo}}
+        blocks.append(Table(f"{name[0].upper() + name[1:]} [95% CI]; last column: universal-norm minus app-specific, in points "
+                            f"of the ratio" + (" — indicative only under TCG" if mt is None and metric else "") + f". {how}",
+                            ["workload", "app-specific kernel", "app-specific"] + unis + ["norm − app (points)"], rows,
+                            [False, False] + [True] * (2 + len(unis))))
+    blocks.append(STAR)
+    return Section("universal", 4, title, measure.sim(res, ctx.data.run) if metric else measure.wall(res, ctx.data.run), blocks, data)
 
 
 # -- 5./6. heatmaps of kernels optimized for one workload measured on another ---------------------------------------
 
 
+def headline_metric(res: dict[str, Any]) -> str | None:
+    """The simulated metric the comparisons lead with where simulated counters are the machine's headline (TCG), or
+    None for wall-clock speedup (KVM, or no simulated counters)."""
+    if measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated":
+        return HEADLINE_SIM[0][0]
+    return None
+
+
+def _metric_cell(res: dict[str, Any], wl: str, kernel: str, metric: str | None) -> dict[str, Any] | None:
+    """The row of `kernel` on `wl` for `metric`: a speedup (wall-clock, > 1 better) or a simulated ratio (< 1 better)."""
+    if metric is None:
+        r = rows_by_kernel(res["workloads"][wl]).get(kernel)
+        return speedup_of(r) if r else None
+    return ((res["workloads"][wl].get("sim") or {}).get(kernel) or {}).get(metric)
+
+
 def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str, number: int, title: str,
                     rows: list[str], cols: list[str], diag: Callable[[str, str], bool], what: str) -> Section:
+    """The heatmap in the machine's headline metric (simulated kernel instructions/op on TCG, else wall-clock
+    speedup); the tables give it and the other metric."""
     base = res["baseline"]
-    how = measure.wall(res, run)
+    metric = headline_metric(res)
     accel = measure.short_accelerator(res, run)
-    cells: dict[tuple[int, int], Cell] = {}
-    trows = []
-    grid: list[list[dict[str, Any] | None]] = []
-    for i, k in enumerate(rows):
-        trow = [k]
-        grow: list[dict[str, Any] | None] = []
-        for j, wl in enumerate(cols):
-            r = rows_by_kernel(res["workloads"][wl]).get(k)
-            s = speedup_of(r) if r else None
-            grow.append(s)
-            trow.append(m.ratio_ci(s) if s else "–")
-            c = Cell.of(s)
-            if c is not None:
-                cells[(i, j)] = c
-        trows.append(trow)
-        grid.append(grow)
-    diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
-    png = figures.heatmap(rows, cols, cells, title=f"{title}: speedup over {base} ({accel}, wall-clock)",
-                          xlabel="workload measured", ylabel="kernel (profile of)", diagonal=diagonal)
-    blocks: list[Any] = [
-        what,
-        Figure(ident, f"Speedup over {base} of each kernel (rows) on each workload (columns); framed: the kernel on the "
-               f"workload it was optimized for; * the 95% CI includes 1.0; – not measured. {how}",
-               f"Heatmap: {title.lower()}, speedup over {base}, wall-clock throughput {measure.under(res, run)}", png),
-        Table(f"Speedup over {base} [95% CI], kernel (row) on workload (column). {how}", ["kernel"] + cols, trows,
-              [False] + [True] * len(cols)),
-        STAR,
-    ]
-    return Section(ident, number, title, how, blocks, {"baseline": base, "rows": rows, "cols": cols, "cells": grid})
+    metrics = [metric, None] if metric else [None]
+    blocks: list[Any] = [what]
+    data: dict[str, Any] = {"baseline": base, "rows": rows, "cols": cols, "metric": metric or "wall-clock speedup"}
+    for mt in metrics:
+        how = measure.sim(res, run) if mt else measure.wall(res, run)
+        name = f"simulated {dict(HEADLINE_SIM)[mt]}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
+        cells: dict[tuple[int, int], Cell] = {}
+        trows = []
+        grid: list[list[dict[str, Any] | None]] = []
+        for i, k in enumerate(rows):
+            trow = [k]
+            grow: list[dict[str, Any] | None] = []
+            for j, wl in enumerate(cols):
+                s = _metric_cell(res, wl, k, mt)
+                grow.append(s)
+                trow.append(m.ratio_ci(s) if s else "–")
+                c = Cell.of(s)
+                if c is not None:
+                    cells[(i, j)] = c
+            trows.append(trow)
+            grid.append(grow)
+        if mt == metric:  # the figure: the headline metric
+            diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
+            png = figures.heatmap(rows, cols, cells, title=f"{title}: {name} ({accel})", xlabel="workload measured",
+                                  ylabel="kernel (profile of)", diagonal=diagonal, lower_is_better=mt is not None,
+                                  scale=f"ratio to {base} (< 1 = fewer events)" if mt else "speedup (1 = same as baseline)")
+            blocks.append(Figure(ident, f"{name[0].upper() + name[1:]} of each kernel (rows) on each workload (columns); framed: "
+                                 f"the kernel on the workload it was optimized for; * the 95% CI includes 1.0; – not measured. {how}",
+                                 f"Heatmap: {title.lower()}, {name}, {'simulated counters' if mt else 'wall-clock throughput'} "
+                                 f"{measure.under(res, run)}", png))
+            data["cells"] = grid
+        else:
+            data["wall_clock_cells"] = grid
+        blocks.append(Table(f"{name[0].upper() + name[1:]} [95% CI], kernel (row) on workload (column)"
+                            + (" — indicative only under TCG" if mt is None and metric else "") + f". {how}",
+                            ["kernel"] + cols, trows, [False] + [True] * len(cols)))
+    blocks.append(STAR)
+    return Section(ident, number, title, measure.sim(res, run) if metric else measure.wall(res, run), blocks, data)
 
 
 def cross(ctx: Context) -> Section | Skipped:
@@ -528,22 +688,29 @@ def code_size(ctx: Context) -> Section | Skipped:
     blocks: list[Any] = []
     data: dict[str, Any] = {"builds": {}, "top_functions": {}}
     if builds:
-        bz = (builds.get(base) or {}).get("sizes") or {}
-        base_total = _code_total(bz)
+        sizes = {label: _build_sizes(d, label, b) for label, b in builds.items()}
+        base_fn = (sizes.get(base) or {}).get("functions_size")
         rows = []
         for label, b in builds.items():
-            z = b.get("sizes") or {}
-            tot = _code_total(z)
-            rows.append([label, m.size(z.get("vmlinux_text")), m.size(z.get("objects_text")), m.size(z.get("text_hot")),
-                         m.size(z.get("text_unlikely")), m.size(tot),
-                         m.ratio(tot / base_total) if tot is not None and base_total else "–"])
-            data["builds"][label] = {"sizes": z, "objects_code_total": tot, "seconds": b.get("seconds")}
+            z = sizes[label]
+            fn = z.get("functions_size")
+            rows.append([label, m.size(fn), m.size(z.get("text_span")), m.size(z.get("objects_text")),
+                         m.size(z.get("text_hot")), m.size(z.get("text_unlikely")), m.size(z.get("bzimage")),
+                         m.size(z.get("vmlinux_text")), m.ratio(fn / base_fn) if fn is not None and base_fn else "–"])
+            data["builds"][label] = {"sizes": z, "seconds": b.get("seconds"),
+                                     "functions_vs_baseline": fn / base_fn if fn is not None and base_fn else None}
         blocks.append(Table(
-            "Code size of every build in bytes, from the build (vmlinux .text: the linked section; .text, .text.hot and "
-            ".text.unlikely summed over the objects linked into vmlinux — the linker folds hot and unlikely code into "
-            "vmlinux's .text). Measured: static sizes, no run involved.",
-            ["build", "vmlinux .text", "objects' .text", ".text.hot", ".text.unlikely", "objects' code total", f"total vs {base}"],
-            rows, [False] + [True] * 6))
+            "Code size of every build in bytes. Measured: static sizes of the build, no run involved. Functions: "
+            "the sizes of vmlinux's function symbols summed (`nm -S`: t/T, and weak W/w in code sections; aliases at "
+            "one address counted once). Text span: the part of vmlinux's .text in use, from _stext to the end of the "
+            "last function below the entry text (which starts at the next 2 MiB boundary). Objects' .text*, .text.hot, .text.unlikely: those sections summed over the objects "
+            "linked into vmlinux (.text* includes the other two; the linker folds them all into vmlinux's .text). "
+            "bzImage: the compressed bootable image. .text section (padded): the size of vmlinux's .text section, "
+            "which the x86-64 linker script pads to a 2 MiB boundary (so is _etext): for reference only, it is not "
+            "the code size. '–': not recorded by the build and its vmlinux is not there to measure.",
+            ["build", "functions", "text span", "objects' .text*", ".text.hot", ".text.unlikely", "bzImage",
+             ".text section (padded)", f"functions vs {base}"],
+            rows, [False] + [True] * 8))
     how = _profile_how(ctx) + " Function sizes from `nm -S` of each build's vmlinux."
     a = ctx.analysis() if profs and instr.is_dir() else None
     if a is not None and a.top_error:
@@ -589,9 +756,12 @@ def _build_order(builds: dict[str, Any], d: RunData) -> dict[str, Any]:
     return {k: builds[k] for k in keys}
 
 
-def _code_total(z: dict[str, Any]) -> int | None:
-    parts = [z.get(k) for k in ("objects_text", "text_hot", "text_unlikely")]
-    return None if any(p is None for p in parts) else int(sum(parts))  # type: ignore[arg-type]
+def _build_sizes(d: RunData, label: str, b: dict[str, Any]) -> dict[str, Any]:
+    """The build's recorded sizes; a build recorded before kpgo measured functions_size, text_span and bzimage
+    gets them from its vmlinux and bzImage when the build directory is still there (else they stay missing: '–')."""
+    from kpgo.kernel import codesize
+
+    return codesize.complete(d.build_dir(label), b.get("sizes"))
 
 
 def _sym(s: Any, table: Any) -> str:
@@ -630,5 +800,5 @@ def proof(ctx: Context) -> Section | Skipped:
 
 
 BUILDERS: list[Callable[[Context], Section | Skipped]] = [
-    header, speedup, simulated, universal, cross, sensitivity, similarity, kernel_share, code_size, proof,
+    headline, header, speedup, simulated, universal, cross, sensitivity, similarity, kernel_share, code_size, proof,
 ]

@@ -1,9 +1,10 @@
 """Simulated CPU counters for guests under QEMU TCG (docs/SIM.md).
 
 kpgosim.c is a QEMU TCG plugin: inside windows the guest opens and closes with marker NOPs
-(window.c, the guest tool `kpgo-window open|close`), it counts guest instructions and simulated
-L1 instruction-cache and iTLB accesses and misses, each split kernel/user, and writes every
-closed window to a JSON report on the host. This module builds both programs and reads the report.
+(window.c, the guest tool `kpgo-window open|close`), it counts guest instructions, taken branches
+and simulated L1 instruction-cache and iTLB accesses and misses, each split kernel/user, and writes
+every closed window to a JSON report on the host. This module builds both programs, reads the
+report and turns one side's counters into an estimate of front-end stall cycles.
 
 Debian ships QEMU without the plugin header, so it is taken from Debian's source package of
 exactly the installed QEMU (downloaded once, cached under the kpgo cache directory)."""
@@ -33,8 +34,12 @@ WINDOW_SOURCE = HERE / "window.c"
 WINDOW_TOOL = "kpgo-window"
 QEMU_PACKAGE = "qemu-system-x86"
 HEADER = "qemu-plugin.h"
-REPORT_FORMAT = 2
-COUNTERS = ("insns", "l1i_accesses", "l1i_misses", "itlb_accesses", "itlb_misses")
+REPORT_FORMAT = 3  # 3: taken_branches per side; itlb_kpage defaults to 2 MiB
+COUNTERS = ("insns", "l1i_accesses", "l1i_misses", "itlb_accesses", "itlb_misses", "taken_branches")
+# Assumed front-end stall per simulated miss, in core cycles, for a current x86 core (docs/SIM.md,
+# "Front-end cost"): an L1i miss served from L2, an iTLB miss served from the second-level TLB.
+STALL_L1I_CYCLES = 14.0
+STALL_ITLB_CYCLES = 14.0
 APT_RETRIES = 3  # per download; the tests set 0 to fail fast
 SETUP_HINT = "run `make setup` (or `.venv/bin/python -m kpgo.sim`)"
 
@@ -48,8 +53,10 @@ _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20}
 class SimConfig:
     """The simulated L1 instruction cache and iTLB. The defaults are of the order of current x86
     cores (32 KiB 8-way 64-byte lines; 64-entry 4-way iTLB) but model no particular CPU.
-    itlb_kpage is the page size for kernel code: 2 MiB models kernel text on huge pages.
-    warm=True keeps simulating outside the windows (slower there) so a window starts warm."""
+    itlb_page is the page size for user code, itlb_kpage for kernel code: 2 MiB by default,
+    because x86-64 kernels map their text with 2 MiB pages (docs/SIM.md); itlb_kpage=4k models
+    kernel code on 4 KiB pages. warm=True keeps simulating outside the windows (slower there) so
+    a window starts warm."""
 
     l1i_size: int = 32768
     l1i_assoc: int = 8
@@ -57,7 +64,7 @@ class SimConfig:
     itlb_entries: int = 64
     itlb_assoc: int = 4
     itlb_page: int = 4096
-    itlb_kpage: int = 4096
+    itlb_kpage: int = 2 << 20
     warm: bool = False
 
     def __post_init__(self) -> None:
@@ -351,8 +358,9 @@ def setup() -> tuple[Path, Path]:
 
 def read_windows(path: Path) -> list[dict[str, Any]]:
     """Every closed window of the report, in order. Each has "user", "kernel" and "total" (each
-    with insns, blocks, l1i_accesses, l1i_misses, itlb_accesses, itlb_misses), "seconds" (host
-    time the window was open), "index", "kernel_insn_share", "duplicate_opens" and "per_vcpu"."""
+    with insns, blocks, l1i_accesses, l1i_misses, itlb_accesses, itlb_misses, taken_branches),
+    "seconds" (host time the window was open), "index", "kernel_insn_share", "duplicate_opens"
+    and "per_vcpu" (a "user" and a "kernel" of the same counters per vCPU)."""
     hint = "see the guest's console log; if the plugin was changed, rebuild it with `.venv/bin/python -m kpgo.sim`"
     try:
         report = json.loads(Path(path).read_text())
@@ -369,8 +377,11 @@ def read_windows(path: Path) -> list[dict[str, Any]]:
 def _report_problem(report: Any) -> str | None:
     if not isinstance(report, dict) or report.get("tool") != "kpgosim":
         return "not a kpgosim report"
-    if report.get("format") != REPORT_FORMAT:
-        return f"format {report.get('format')}, expected {REPORT_FORMAT}"
+    fmt = report.get("format")
+    if fmt != REPORT_FORMAT:
+        age = "an older" if isinstance(fmt, int) and fmt < REPORT_FORMAT else "another"
+        return (f"report format {fmt} from {age} kpgosim, this kpgo reads format {REPORT_FORMAT} "
+                f"(rebuild the plugin with `.venv/bin/python -m kpgo.sim` and measure again)")
     windows = report.get("windows")
     if not isinstance(windows, list):
         return "no windows list"
@@ -378,10 +389,36 @@ def _report_problem(report: Any) -> str | None:
         if not isinstance(w, dict) or not isinstance(w.get("seconds"), (int, float)):
             return f"window {i + 1} has no seconds"
         for side in ("user", "kernel", "total"):
-            c = w.get(side)
-            if not isinstance(c, dict) or any(not isinstance(c.get(k), int) or c[k] < 0 for k in COUNTERS):
-                return f"window {i + 1} lacks {side} counters"
+            missing = _missing_counters(w.get(side))
+            if missing:
+                return f"window {i + 1} lacks {side} counters ({missing})"
+        per_vcpu = w.get("per_vcpu", [])
+        if not isinstance(per_vcpu, list):
+            return f"window {i + 1} has a per_vcpu that is not a list"
+        for v in per_vcpu:
+            for side in ("user", "kernel"):
+                missing = _missing_counters(v.get(side) if isinstance(v, dict) else None)
+                if missing:
+                    return f"window {i + 1} lacks {side} counters of a vCPU ({missing})"
     return None
+
+
+def _missing_counters(c: Any) -> str | None:
+    """The first of COUNTERS that `c` lacks (or holds as other than a count), or None."""
+    if not isinstance(c, dict):
+        return "none at all"
+    for k in COUNTERS:
+        v = c.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return k
+    return None
+
+
+def frontend_stall_cycles(side_counters: dict) -> float:
+    """Estimated front-end stall cycles of one side's counters (a window's "user", "kernel" or
+    "total"): L1i misses × STALL_L1I_CYCLES + iTLB misses × STALL_ITLB_CYCLES. A model with fixed
+    penalties (docs/SIM.md), for comparing kernels, not a prediction of any CPU's cycles."""
+    return side_counters["l1i_misses"] * STALL_L1I_CYCLES + side_counters["itlb_misses"] * STALL_ITLB_CYCLES
 
 
 def clean_report(path: Path) -> None:

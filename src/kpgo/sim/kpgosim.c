@@ -5,13 +5,16 @@
  * virtual address of the code (x86-64: upper canonical half = kernel):
  *   - guest instructions executed,
  *   - simulated L1 instruction-cache accesses and misses (set-associative, true LRU),
- *   - simulated instruction-TLB accesses and misses (set-associative, true LRU).
+ *   - simulated instruction-TLB accesses and misses (set-associative, true LRU),
+ *   - taken branches: block executions whose successor on the same vCPU does not start at their
+ *     fall-through address (counted on the side of the block that branched; see account()).
  * Every closed window is one record of the JSON report, which is rewritten atomically (tmp +
  * rename) at each close and at exit. See docs/SIM.md.
  *
- * Speed: the work is done once per translated block (TB): its instruction count, side and the
- * ordered distinct cache lines and pages it spans are precomputed, so each block execution costs
- * one callback that returns at once outside a window and otherwise replays a few LRU accesses.
+ * Speed: the work is done once per translated block (TB): its instruction count, side, fall-through
+ * address and the ordered distinct cache lines and pages it spans are precomputed, so each block
+ * execution costs one callback that returns at once outside a window and otherwise compares one
+ * address and replays a few LRU accesses.
  *
  * Window markers, plain multi-byte NOPs in any ring and on any x86-64 CPU (plugin or not):
  *   open : nopl 0x6b706701(%rax)   bytes 0f 1f 80 01 67 70 6b
@@ -23,7 +26,7 @@
  *   out=PATH          JSON report (default: printed through qemu_plugin_outs at exit)
  *   l1i_size=BYTES    32768 (k/K, m/M suffixes)   l1i_assoc=N 8   l1i_line=BYTES 64
  *   itlb_entries=N    64    itlb_assoc=N 4    itlb_page=BYTES 4096 (user code)
- *   itlb_kpage=BYTES  = itlb_page (kernel code; 2M models kernel text on huge pages)
+ *   itlb_kpage=BYTES  2M (kernel code: x86-64 maps kernel text with 2 MiB pages; 4k for 4 KiB)
  *   warm=on|off       off: caches start empty at each window; on: simulated outside windows too
  *   always=on|off     off: on opens one window at start-up (no markers needed)
  */
@@ -38,9 +41,11 @@
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-#define FORMAT 2
+#define FORMAT 3
 #define MARK_LEN 7
 #define GUEST_PAGE 4096  /* x86 TARGET_PAGE_SIZE: the translator's unit, not the simulated iTLB page */
+#define X86_MAX_INSN 15   /* bytes */
+#define NO_ADDR UINT64_MAX  /* no such address (no block starts there) */
 static const uint8_t mark_prefix[] = { 0x0f, 0x1f, 0x80 };
 static const uint8_t mark_suffix[] = { 0x67, 0x70, 0x6b };
 enum { OP_NONE = 0, OP_OPEN = 1, OP_CLOSE = 2 };
@@ -52,7 +57,7 @@ static struct {
     uint64_t tlb_entries, tlb_assoc, tlb_page, tlb_kpage;
     bool warm, always;
     char *out;
-} cfg = { 32768, 8, 64, 64, 4, 4096, 0, false, false, NULL };
+} cfg = { 32768, 8, 64, 64, 4, 4096, 2 << 20, false, false, NULL };
 
 static unsigned ic_sets, ic_line_shift, tlb_sets, tlb_shift[2];
 
@@ -68,8 +73,12 @@ struct seg {
     uint16_t n_lines, n_pages;
     uint16_t side, op;
     uint32_t own_sets; /* each line and each page in a set of its own */
+    uint32_t self_taken; /* 1 if running this segment again right after itself is a taken branch */
+    uint32_t pad;        /* explicit: no padding bytes, so equal contents hash equal */
     uint64_t vaddr;    /* of the first instruction */
-    uint64_t phantom;  /* address of a possibly unexecuted last instruction, or 0 (see tb_trans) */
+    uint64_t end;      /* fall-through: the address right after the last instruction */
+    uint64_t phantom;  /* address of a possibly unexecuted last instruction, or NO_ADDR (see tb_trans) */
+    uint64_t rep_at;   /* address of a last rep-prefixed string instruction, or NO_ADDR */
     uint64_t data[];  /* n_lines line_refs, then n_pages page_refs; no padding, so bytes hash */
 };
 
@@ -111,15 +120,14 @@ static uint64_t translations, seg_bytes;
 
 /* ---- per-vCPU state: touched only by its own vCPU thread, so no lock on the hot path ---- */
 struct counters {
-    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss;
+    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss, taken;
 };
 
 struct tlb_ent { uint64_t v, h; };
 
 struct vcpu {
     uint32_t gen;          /* window generation the counters belong to */
-    uint64_t phantom;      /* the last block's phantom (see tb_trans) */
-    const struct seg *last;  /* the last segment accounted */
+    const struct seg *last;  /* the last segment accounted in this window, NULL at its start */
     struct counters c[2];  /* [USER], [KERNEL] */
     uint64_t *ic;          /* ic_sets * assoc tags, MRU first, 0 = empty */
     struct tlb_ent *tlb;   /* tlb_sets * assoc, MRU first, h == 0 = empty */
@@ -174,8 +182,7 @@ static __attribute__((noinline)) uint64_t tlb_lookup_rest(struct tlb_ent *set, u
 static void reset_vcpu(struct vcpu *vc, uint32_t gen)
 {
     memset(vc->c, 0, sizeof(vc->c));
-    vc->phantom = 0;
-    vc->last = NULL;
+    vc->last = NULL;  /* a window's first block has no predecessor: no branch into it is counted */
     if (!cfg.warm) {
         memset(vc->ic, 0, sizeof(uint64_t) * ic_sets * cfg.ic_assoc);
         memset(vc->tlb, 0, sizeof(struct tlb_ent) * tlb_sets * cfg.tlb_assoc);
@@ -183,6 +190,17 @@ static void reset_vcpu(struct vcpu *vc, uint32_t gen)
     vc->gen = gen;
 }
 
+/* Taken branches: a block execution is a taken branch when the next block this vCPU runs in the
+ * window does not start at its fall-through address (seg.end). It is counted on the side of the
+ * block that branched (prev), when the successor shows up. Not taken branches, although the
+ * successor starts elsewhere:
+ *   - the successor starts at prev's phantom (the page-crossing quirk, tb_trans): prev ended
+ *     before its last instruction, so execution fell through to it;
+ *   - the successor starts at prev's last instruction, a rep-prefixed string instruction: TCG
+ *     runs each iteration as a block that jumps back to it; the CPU runs one instruction.
+ * A marker segment starts at its predecessor's end, so it continues its block. A transfer to an
+ * interrupt or exception handler (or a syscall) is a taken branch of the interrupted block's
+ * side; the return (iret, sysret) one of the kernel's. */
 static __attribute__((noinline)) void account(unsigned vcpu_index, const struct seg *s, uint32_t g)
 {
     struct vcpu *vc = &vcpus[vcpu_index];
@@ -190,19 +208,25 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
         reset_vcpu(vc, g);  /* first block of this vCPU in a new window */
     }
     struct counters *c = &vc->c[s->side];
+    const struct seg *prev = vc->last;
     c->insns += s->n_insns;
     c->blocks++;
     c->ic_acc += s->n_lines;
     c->tlb_acc += s->n_pages;
-    if (vc->last == s && s->own_sets) {
-        /* The same segment again (a loop of one block): each of its lines and pages is still
-         * the most recent of its set, so every access hits and the LRU order stays as it is. */
+    if (prev == s && s->own_sets) {
+        /* The same segment again (a loop of one block): its back edge was taken (precomputed),
+         * and each of its lines and pages is still the most recent of its set, so every access
+         * hits and the LRU order stays as it is. */
+        c->taken += s->self_taken;
         return;
     }
-    if (G_UNLIKELY(vc->phantom == s->vaddr) && vc->phantom) {
-        c->insns--;  /* the last block's last instruction runs here instead */
+    if (G_LIKELY(prev != NULL)) {
+        if (G_UNLIKELY(s->vaddr == prev->phantom)) {
+            c->insns--;  /* prev's last instruction runs here instead: a fall-through */
+        } else if (s->vaddr != prev->end && s->vaddr != prev->rep_at) {
+            vc->c[prev->side].taken++;
+        }
     }
-    vc->phantom = s->phantom;
     vc->last = s;
     const struct line_ref *l = seg_lines(s);
     uint64_t *ic = vc->ic;
@@ -245,6 +269,7 @@ static void add_counters(struct counters *a, const struct counters *b)
     a->ic_miss += b->ic_miss;
     a->tlb_acc += b->tlb_acc;
     a->tlb_miss += b->tlb_miss;
+    a->taken += b->taken;
 }
 
 static void json_counters(GString *s, const char *name, const struct counters *c)
@@ -252,8 +277,9 @@ static void json_counters(GString *s, const char *name, const struct counters *c
     g_string_append_printf(s,
         "\"%s\": {\"insns\": %" PRIu64 ", \"blocks\": %" PRIu64
         ", \"l1i_accesses\": %" PRIu64 ", \"l1i_misses\": %" PRIu64
-        ", \"itlb_accesses\": %" PRIu64 ", \"itlb_misses\": %" PRIu64 "}",
-        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss);
+        ", \"itlb_accesses\": %" PRIu64 ", \"itlb_misses\": %" PRIu64
+        ", \"taken_branches\": %" PRIu64 "}",
+        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss, c->taken);
 }
 
 static double since(const struct timespec *t0)
@@ -413,6 +439,33 @@ static bool distinct_offsets(const uint64_t *off, size_t n, size_t stride)
     return true;
 }
 
+/* Whether an instruction is a rep/repne-prefixed string instruction (ins, outs, movs, cmps, stos,
+ * lods, scas). TCG ends the block after it and runs each further iteration as a block of its own
+ * that starts at it. */
+static bool rep_string(struct qemu_plugin_insn *insn)
+{
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    size_t n = qemu_plugin_insn_size(insn), i = 0;
+    bool rep = false;
+    for (; i < n; i++) {  /* legacy prefixes */
+        uint8_t x = b[i];
+        if (x == 0xf2 || x == 0xf3) {
+            rep = true;
+        } else if (x != 0xf0 && x != 0x2e && x != 0x36 && x != 0x3e && x != 0x26 && x != 0x64 &&
+                   x != 0x65 && x != 0x66 && x != 0x67) {
+            break;
+        }
+    }
+    if (i < n && (b[i] & 0xf0) == 0x40) {
+        i++;  /* REX (in 32-bit code 0x40-0x4f is inc/dec, a whole instruction: i reaches n) */
+    }
+    if (!rep || i >= n) {
+        return false;
+    }
+    uint8_t op = b[i];
+    return (op >= 0x6c && op <= 0x6f) || (op >= 0xa4 && op <= 0xa7) || (op >= 0xaa && op <= 0xaf);
+}
+
 /* The interned segment for instructions [first, last) of the block. */
 static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t last, int op, int side,
                              uint64_t phantom)
@@ -462,7 +515,14 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
     s->own_sets = distinct_offsets(&lines[0].off, nl, sizeof(*lines) / sizeof(uint64_t)) &&
                   distinct_offsets(&pages[0].off, np, sizeof(*pages) / sizeof(uint64_t));
     s->vaddr = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, first));
+    struct qemu_plugin_insn *tail = qemu_plugin_tb_get_insn(tb, last - 1);
+    s->end = qemu_plugin_insn_vaddr(tail) + qemu_plugin_insn_size(tail);
     s->phantom = phantom;
+    s->rep_at = rep_string(tail) ? qemu_plugin_insn_vaddr(tail) : NO_ADDR;
+    /* Running this segment again right after itself: a back edge unless it is the next iteration
+     * of its rep string instruction (or, not possible for a segment of some bytes, the
+     * fall-through or the phantom). */
+    s->self_taken = s->vaddr != s->end && s->vaddr != s->phantom && s->vaddr != s->rep_at;
     s->n_lines = nl;
     s->n_pages = np;
     s->side = side;
@@ -496,16 +556,22 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 
     /* QEMU 7.2's x86 translator ends a block before an instruction that would leave the block's
      * first page and runs it first in the next block, but the plugin still sees it as this
-     * block's last, with only its bytes on this page (none when it starts the next page): it
-     * would be counted twice (measured: +1 per page crossed). Such a last instruction ends
-     * exactly at a page boundary; when the next block this vCPU runs starts at its address, it
-     * was not executed here and account() takes it back. (A genuine last instruction ending at
-     * a page boundary, i.e. a branch, is taken back only if it jumps to itself.) */
-    uint64_t phantom = 0;
+     * block's last, with the bytes the translator had read when it gave up: it reads the fields
+     * (prefixes, opcode, ModRM, displacement, immediate) in turn and stops at the first that
+     * would cross, so the recorded bytes need not reach the page end (`add $imm32, %eax` shows
+     * as its opcode byte only). Counted as it is, such an instruction is counted twice
+     * (measured: +1 per page crossed) and its block looks like a taken branch. An x86
+     * instruction has at most 15 bytes, so one that crosses starts in the page's last 14 bytes:
+     * the last instruction of a block of several that starts there is a candidate, and when
+     * the next block this vCPU runs starts at its address, it was not executed here: account()
+     * takes it back and counts no taken branch. (A genuine last instruction there is taken
+     * back only if the next block starts at its own address: it jumps to itself. A rep string
+     * instruction, which TCG re-runs from its own address, is no candidate.) */
+    uint64_t phantom = NO_ADDR;
     if (n > 1) {
         struct qemu_plugin_insn *last = qemu_plugin_tb_get_insn(tb, n - 1);
         uint64_t v = qemu_plugin_insn_vaddr(last);
-        if (!((v + qemu_plugin_insn_size(last)) & (GUEST_PAGE - 1))) {
+        if ((v & (GUEST_PAGE - 1)) > GUEST_PAGE - X86_MAX_INSN && !rep_string(last)) {
             phantom = v;
         }
     }
@@ -519,7 +585,7 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         }
         /* Segment [start, i) ends here, at a marker or at the block's end. */
         if (i > start) {
-            struct seg *s = build_seg(tb, start, i, op, side, i == n ? phantom : 0);
+            struct seg *s = build_seg(tb, start, i, op, side, i == n ? phantom : NO_ADDR);
             if (op == OP_NONE) {
                 qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_exec, QEMU_PLUGIN_CB_NO_REGS, s);
             } else {
@@ -605,9 +671,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             fprintf(stderr, "kpgosim: bad value in '%s'\n", argv[i]);
             return -1;
         }
-    }
-    if (!cfg.tlb_kpage) {
-        cfg.tlb_kpage = cfg.tlb_page;
     }
     /* Same rules as kpgo.sim.SimConfig: sets are indexed by masking, LRU state is per set. */
     if (!pow2(cfg.ic_line) || !pow2(cfg.tlb_page) || !pow2(cfg.tlb_kpage) ||

@@ -84,6 +84,11 @@ def validate(spec: dict[str, Any]) -> list[str]:
                 check_template(a, where, ("each",) if each else ())
             if kind == "load":
                 rxs = {"metric": step.get("metric", "")} | {f"secondary {k}": v for k, v in step.get("secondary", {}).items()}
+                if "ops" in step and "ops_per_part" in step:
+                    problems.append(f"{where}: ops (a regex for the reported count) and ops_per_part (a fixed count) exclude each other")
+                if "ops" in step:
+                    rxs["ops"] = step["ops"]
+                check_template(str(step.get("ops_per_part", "")), where)
                 for label, rx in rxs.items():
                     try:
                         if "value" not in re.compile(rx).groupindex:

@@ -1,0 +1,100 @@
+"""Reuse of unchanged objects across optimized builds (docs/ARCHITECTURE.md, "Reuse"), on real GCC output:
+an object whose profile is all zero compiles to the same bytes whatever the summary's sum_max (which `kpgo
+profile fix` sets from the whole profile, so it differs between workloads), kpgo installs such files with one
+canonical summary, and its compiler wrapper then takes them from ccache — byte-identical to what GCC itself
+produces — while objects with a non-zero profile are always compiled, with the dump the proof reads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kpgo.gcov.gcda import read_gcda
+from kpgo.kernel import kbuild
+
+HOT = "int hot(int n) { int s = 0; for (int i = 0; i < n; i++) s += (i % 3) ? i : -i; return s; }\n"
+COLD = "int cold(int n) { int s = 1; for (int i = 0; i < n; i++) s *= (i & 1) ? 3 : 5; return s; }\n"
+MAIN = "int hot(int); int main(int c, char **v) { (void)v; return hot(c * 1000) & 1; }\n"
+FLAGS = ["-O2", "-fprofile-use", "-fprofile-correction", "-Wno-missing-profile"]
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Sources, and a real profile: hot.gcda with counts, cold.gcda all zero (cold() never runs)."""
+    src = tmp_path_factory.mktemp("src")
+    for name, text in (("hot.c", HOT), ("cold.c", COLD), ("main.c", MAIN)):
+        (src / name).write_text(text)
+    run = tmp_path_factory.mktemp("instrumented")
+    for name in ("hot", "cold", "main"):
+        subprocess.run(["gcc", "-O2", "-fprofile-generate", "-c", src / f"{name}.c", "-o", f"{name}.o"], cwd=run, check=True)
+    subprocess.run(["gcc", "-fprofile-generate", "hot.o", "cold.o", "main.o", "-o", "prog"], cwd=run, check=True)
+    subprocess.run(["./prog", "a", "b"], cwd=run, check=False)
+    assert read_gcda(run / "cold.gcda").all_zero() and not read_gcda(run / "hot.gcda").all_zero()
+    return src, run
+
+
+def profile_dir(base: Path, run: Path, sum_max: int) -> Path:
+    """A fixed profile as `kpgo profile fix` writes it: every file's summary carries the profile-wide sum_max."""
+    base.mkdir()
+    for name in ("hot", "cold"):
+        (base / f"{name}.gcda").write_bytes(read_gcda(run / f"{name}.gcda").with_summary(1, sum_max).to_bytes())
+    return base
+
+
+def compile_in(d: Path, src: Path, name: str, *, cc: list[str], extra: list[str] = (), env: dict[str, str] | None = None) -> Path:
+    subprocess.run([*cc, *FLAGS, *extra, "-c", src / f"{name}.c", "-o", f"{name}.o"], cwd=d, check=True,
+                   env={**os.environ, **(env or {})})
+    return d / f"{name}.o"
+
+
+def test_all_zero_profile_compiles_the_same_for_any_sum_max(profiled: tuple[Path, Path], tmp_path: Path) -> None:
+    src, run = profiled
+    objs = {}
+    for sum_max in (1, 2000, 987654321):
+        d = tmp_path / f"m{sum_max}"
+        d.mkdir()
+        (d / "cold.gcda").write_bytes(read_gcda(run / "cold.gcda").with_summary(1, sum_max).to_bytes())
+        objs[sum_max] = sha(compile_in(d, src, "cold", cc=["gcc"]))
+    assert len(set(objs.values())) == 1
+    # ...and the profile is used: without the .gcda GCC optimizes the function normally.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert sha(compile_in(bare, src, "cold", cc=["gcc"])) != objs[1]
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is installed by `make setup`")
+def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path], tmp_path: Path) -> None:
+    src, run = profiled
+    env = {"KPGO_REUSE": "zero", "CCACHE_DIR": str(tmp_path / "ccache"), "CCACHE_NOHASHDIR": "1"}
+    cc = ["sh", str(kbuild.REUSE_CC)]
+    builds = {}
+    for name, sum_max in (("redis", 2000), ("nginx", 31337)):  # two workloads: different profile-wide maxima
+        prof = profile_dir(tmp_path / f"profile-{name}", run, sum_max)
+        out = tmp_path / f"optimized-{name}"
+        out.mkdir()
+        assert kbuild._install_profile(prof, out) == (2, 1)
+        assert (out / "cold.kpgo-zero").exists() and not (out / "hot.kpgo-zero").exists()
+        for obj in ("hot", "cold"):
+            compile_in(out, src, obj, cc=cc, extra=["-fdump-ipa-profile"], env=env)
+        builds[name] = out
+    assert sha(builds["redis"] / "cold.gcda") == sha(builds["nginx"] / "cold.gcda")  # canonical summary
+    stats = subprocess.run(["ccache", "--print-stats"], env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    counts = dict(line.split("\t") for line in stats.splitlines())
+    assert int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]) == 1  # nginx's cold.o
+    assert int(counts["cache_miss"]) == 1  # redis's cold.o; hot.o never goes through ccache
+    # The reused object is what GCC produces from the workload's own (un-canonicalized) profile.
+    direct = tmp_path / "direct"
+    profile_dir(direct, run, 31337)
+    assert sha(compile_in(direct, src, "cold", cc=["gcc"])) == sha(builds["nginx"] / "cold.o")
+    # The proof's evidence: objects with a non-zero profile are compiled with their dump, every time.
+    for out in builds.values():
+        assert list(out.glob("hot.c.*i.profile")) and not list(out.glob("cold.c.*i.profile"))
