@@ -1,6 +1,5 @@
 #!/bin/sh
 # kpgo's compiler for kernel builds (make CC="sh reuse-cc.sh"): reuse unchanged objects through ccache.
-#   KPGO_REUSE=all   every compile goes through ccache (vanilla builds)
 #   KPGO_REUSE=zero  only objects whose installed .gcda kpgo marked all-zero (X.kpgo-zero beside X.o) do,
 #                    without -fdump-ipa-profile: ccache refuses dump options, and the proof reads dumps of
 #                    objects with a non-zero profile only, which are always compiled here, with their dump
@@ -11,15 +10,11 @@ for a in "$@"; do
   [ "$prev" = "-o" ] && out=$a
   prev=$a
 done
-case "${KPGO_REUSE:-}" in
-  all) exec ccache gcc "$@" ;;
-  zero)
-    if [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]; then
-      for a in "$@"; do
-        shift
-        [ "$a" = "-fdump-ipa-profile" ] || set -- "$@" "$a"
-      done
-      exec ccache gcc "$@"
-    fi ;;
-esac
+if [ "${KPGO_REUSE:-}" = zero ] && [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]; then
+  for a in "$@"; do
+    shift
+    [ "$a" = "-fdump-ipa-profile" ] || set -- "$@" "$a"
+  done
+  exec ccache gcc "$@"
+fi
 exec gcc "$@"
