@@ -314,8 +314,7 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
                     used.append(n)
             if any(min(sum(b), sum(o)) <= 0 for b, o in sp):
                 continue  # a zero count (user iTLB misses, say) has no geometric mean
-            g, lo, hi = stats.geomean_ci(sp)
-            out["sim_geomean"][label][m] = {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": used}
+            out["sim_geomean"][label][m] = _geomean_row(sp, used)
     out["sim_own_geomean"] = own_sim_geomean(out)
     out["geomean"] = {}
     for label, ps in pairs.items():
@@ -339,9 +338,15 @@ def own_sim_geomean(results: dict) -> dict[str, dict[str, Any]]:
                 pairs.append((b, o))
                 used.append(n)
         if pairs:
-            g, lo, hi = stats.geomean_ci(pairs)
-            out[k] = {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": used}
+            out[k] = _geomean_row(pairs, used)
     return out
+
+
+def _geomean_row(pairs: list[tuple[list[float], list[float]]], workloads: list[str]) -> dict[str, Any]:
+    """A simulated metric's geometric-mean ratio over `workloads` (one (baseline, kernel) pair of per-boot values
+    each) with its bootstrap CI, as sim_geomean and sim_own_geomean store it."""
+    g, lo, hi = stats.geomean_ci(pairs)
+    return {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": workloads}
 
 
 SHARES = ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
