@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from kpgo.errors import UserError
 
@@ -41,14 +41,48 @@ def write_json(path: Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def check_writable(path: Path, what: str = "output directory", option: str = "-o") -> None:
+    """`path` (a directory to create, or to write files in) can be written: it, or the nearest of its parents that
+    exists, is a directory this process may create entries in. Checked before any work, so a read-only or
+    mistyped destination fails in a second rather than after a long step, and with the path the user gave."""
+    path = Path(path)
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{what} {path} cannot be created: {probe} is not a directory", f"choose another {option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path} cannot be written: {probe} is read-only or not ours", f"choose a writable {option}")
+
+
+def check_output(path: Path, *, inputs: Sequence[Path] = (), what: str = "output directory", replace: bool = False) -> None:
+    """Refuse an output path before any work: one of the inputs (or inside one, or holding one: the input would
+    change while it is read, and the next read would see the output as part of it), an existing path unless
+    replace=True, or a place that cannot be written."""
+    path = Path(path)
+    target = path.resolve()
+    for given in inputs:
+        src = Path(given).resolve()
+        if target == src:
+            raise UserError(f"{what} {path} is the input {given}", "kpgo never writes over its input: choose another -o")
+        if src in target.parents:
+            raise UserError(f"{what} {path} is inside the input {given}", "choose an -o outside the input directory")
+        if target in src.parents:
+            raise UserError(f"{what} {path} holds the input {given}", "choose an -o that is not a parent of the input")
+    if path.exists() and not replace:
+        raise UserError(f"{what} {path} already exists", "choose another -o or remove it")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path} is a file", "choose another -o")
+    check_writable(path.parent if replace and path.exists() else path, what)
+
+
 @contextlib.contextmanager
 def output_dir(path: Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary directory that becomes `path` only if the block completes.
 
     An existing `path` is an error unless replace=True (then it is swapped out at the end)."""
     path = Path(path)
-    if path.exists() and not replace:
-        raise UserError(f"output directory {path} already exists", "choose another -o or remove it")
+    check_output(path, replace=replace)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
     try:

@@ -105,7 +105,7 @@ def run_fix(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.gcov.profile import fix_profile
 
-    res = fix_profile(args.dir, args.output, runs=args.runs)
+    res = fix_profile(args.dir, args.output, runs=args.runs, strict=True)
     if args.json:
         _print_json(res)
     else:
@@ -118,8 +118,15 @@ def run_merge(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.gcov.merge import merge_profiles, parse_weights
 
+    from kpgo.errors import UserError
+
     weights = parse_weights(args.weights, len(args.dirs))
-    res = merge_profiles(args.dirs, args.output, weights=weights, normalize=args.normalize, runs=args.runs)
+    seen = [d.resolve() for d in args.dirs]
+    twice = [d for i, d in enumerate(args.dirs) if seen[i] in seen[:i]]
+    if twice:
+        # Most likely a slip of the shell; counting a profile twice is what --weights is for.
+        raise UserError(f"profile {twice[0]} is given twice", "give each profile once; --weights counts one more than once")
+    res = merge_profiles(args.dirs, args.output, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
     if args.json:
         _print_json(res)
     else:
@@ -154,7 +161,18 @@ def run_compare(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.analysis.characterize import compare_profiles
 
+    from kpgo.errors import UserError
+
     names = args.names.split(",") if args.names else None
+    labels = names or [d.name for d in args.dirs]
+    twice = sorted({n for n in labels if labels.count(n) > 1})
+    if twice:
+        # Rows and columns of the matrices are told apart only by their labels.
+        raise UserError(f"label {twice[0]} names two profiles", "give distinct --names (or directories with distinct names)")
+    if args.plot:
+        from kpgo.atomic import check_writable
+
+        check_writable(Path(args.plot).parent, "plot directory", "--plot")
     res = compare_profiles(args.dirs, args.build, names=names, plot_prefix=args.plot)
     if args.json:
         _print_json(res)

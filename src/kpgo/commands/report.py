@@ -27,8 +27,15 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # a few small arrays: one BLAS thread starts faster
     from kpgo import report
+    from kpgo.atomic import check_writable
+    from kpgo.errors import UserError
 
     out = args.out if args.out is not None else args.run_dir / "report"
+    # Before the figures are drawn: a destination that cannot take the three files fails now, with its name.
+    if out.exists() and not out.is_dir():
+        raise UserError(f"report directory {out} is a file", "choose another -o (a directory)")
+    if args.run_dir.is_dir():
+        check_writable(out, "report directory")
     rep = report.generate(args.run_dir, out, compare=args.compare)
     paths = report.write(rep, out)
     shown = ", ".join(f"{s.number} {s.title}" for s in rep.sections)

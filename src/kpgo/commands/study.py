@@ -62,7 +62,19 @@ def sensitivity(args: argparse.Namespace) -> int:
     key, sep, values = args.vary.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--vary {args.vary!r}: expected KEY=V1,V2", "e.g. --vary clients=1,50")
-    specs = study.variants(args.workload, key.strip(), [v.strip() for v in values.split(",") if v.strip()], args.set)
+    key = key.strip()
+    vals = [v.strip() for v in values.split(",") if v.strip()]
+    if len(set(vals)) < len(vals):
+        raise UserError(f"--vary {args.vary}: a value is given twice", "give each value once, e.g. --vary clients=1,50")
+    fixed = [s for s in args.set if s.partition("=")[0].strip().rpartition(".")[2] == key]
+    if fixed:
+        raise UserError(f"--set {fixed[0]} fixes the parameter --vary {key} varies", f"drop --set {key}=... or vary another parameter")
+    specs = study.variants(args.workload, key, vals, args.set)
+    names = [s["name"] for s in specs]
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:
+        # Values that differ only in characters a directory name cannot hold would share one kernel and profile.
+        raise UserError(f"--vary {args.vary}: two values give the same kernel name {twice[0]}", "use values that differ in letters or digits")
     install.require(specs)
     res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
     print(bench.format_table(res), flush=True)

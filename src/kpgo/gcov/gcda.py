@@ -53,11 +53,16 @@ MIN_MAJOR, MAX_MAJOR = 9, 14
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-class GcovFormatError(UserError):
-    """A coverage file that cannot be read: the message names the file and the defect."""
+# What a user does about a damaged coverage file: it cannot be repaired, only made again.
+DAMAGED_HINT = "collect the profile again (`kpgo collect`), or remove the damaged file from the profile"
+DAMAGED_GCNO_HINT = "build the instrumented kernel again (`kpgo build --variant instrumented`)"
 
-    def __init__(self, name: str, problem: str) -> None:
-        super().__init__(f"{name}: {problem}")
+
+class GcovFormatError(UserError):
+    """A coverage file that cannot be read: the message names the file and the defect (and the next step)."""
+
+    def __init__(self, name: str, problem: str, hint: str | None = None) -> None:
+        super().__init__(f"{name}: {problem}", hint or (DAMAGED_GCNO_HINT if name.endswith(".gcno") else DAMAGED_HINT))
         self.name = name
         self.problem = problem
 
@@ -440,6 +445,7 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
             f"record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} runs past the end of the file "
             f"(length {int(lengths[i]) << (2 - shift)} bytes, {(nwords - int(hp[i]) - 2) * 4} left)",
         )
+    _check_record_sizes(name, tags, hp, np.where(negative, 0, lengths.astype(np.int64) >> shift), negative)
     body = words[:end]
     tags = tags.astype(np.uint32)
     lengths = lengths.astype(np.uint32)
@@ -456,6 +462,23 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
         name=name, layout=layout, byteorder=order, version=version, stamp=stamp, checksum=checksum,
         tags=tags, lengths=lengths, offsets=offsets, payload=payload, trailer=words[end:].astype(np.uint32),
     )
+
+
+def _check_record_sizes(name: str, tags: np.ndarray, hp: np.ndarray, words: np.ndarray, negative: np.ndarray) -> None:
+    """Records whose size no GCC writes: a counter record holding half a counter (counters are two words), an
+    object summary that is not (runs, sum_max). GCC would read such a file out of step and use wrong counts."""
+    ctr = (tags >= TAG_COUNTER_BASE) & (tags < TAG_COUNTER_BASE + (32 << 17)) & ((tags & 0xFFFF) == 0) & ~negative
+    odd = np.flatnonzero(ctr & (words % 2 == 1))
+    if len(odd):
+        i = int(odd[0])
+        raise GcovFormatError(name, f"counter record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} holds {int(words[i])} "
+                                    "words, an impossible count (each counter takes two)")
+    bad = np.flatnonzero((tags == TAG_OBJECT_SUMMARY) & (words != 2))
+    if len(bad):
+        i = int(bad[0])
+        n = int(words[i])
+        raise GcovFormatError(name, f"object summary at byte {int(hp[i]) * 4} holds {n} word{'' if n == 1 else 's'}, "
+                                    "not the two (runs, sum_max) GCC reads")
 
 
 def summary_bytes(g: Gcda, data: bytes, runs: int, sum_max: int) -> bytes:

@@ -34,7 +34,7 @@ import numpy as np
 
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    _LAYOUTS, ARCS, GCDA_MAGIC, TAG_FUNCTION, TAG_OBJECT_SUMMARY, TAG_PROGRAM_SUMMARY, Layout, _ranges,
+    _LAYOUTS, ARCS, GCDA_MAGIC, TAG_COUNTER_BASE, TAG_FUNCTION, TAG_OBJECT_SUMMARY, TAG_PROGRAM_SUMMARY, Layout, _ranges,
     counter_tag, gcc_major,
 )
 
@@ -52,8 +52,10 @@ def gcda_rels(src: str | os.PathLike[str]) -> list[str]:
     temporary outputs) skipped, symbolic links to directories not followed (as os.walk)."""
     root = os.fspath(src)
     if not os.path.isdir(root):
-        raise UserError(f"profile directory {root} does not exist", "give a directory of .gcda files")
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise UserError(f"profile directory {root} {what}", "give a directory of .gcda files")
     out: list[str] = []
+    nested: list[str] = []  # subdirectories that are profiles of their own (they hold a profile.json)
     stack = [("", root)]
     while stack:
         rel, path = stack.pop()
@@ -67,6 +69,14 @@ def gcda_rels(src: str | os.PathLike[str]) -> list[str]:
                         stack.append((rel + name + "/", e.path))
                 elif name.endswith(".gcda"):
                     out.append(rel + name)
+                elif rel and name == "profile.json":
+                    nested.append(rel.rstrip("/"))
+    if nested:
+        # `kpgo collect --workload a,b -o DIR` writes DIR/a and DIR/b: read as one, their files would land on the
+        # wrong paths (a/kernel/sched.gcda) and mix two workloads.
+        nested.sort()
+        raise UserError(f"{root} holds {len(nested)} profiles ({', '.join(nested[:4])}{', ...' if len(nested) > 4 else ''}), "
+                        "not one", f"pass one of them, e.g. {os.path.join(root, nested[0])}")
     out.sort()
     return out
 
@@ -263,6 +273,10 @@ def index_image(image: Image) -> Index:
     badlen = (lens >= 1 << 31) | ((lens % fu) != 0) | (cand + 1 >= wend[fid])
     bad[fid[badlen]] = True
     plen = lens // fu
+    # Sizes no GCC writes (half a counter, a summary that is not two words): the full parser names the defect.
+    ctag = words[cand]
+    is_ctr = (ctag >= TAG_COUNTER_BASE) & (ctag < TAG_COUNTER_BASE + (32 << 17))
+    bad[fid[(is_ctr & (plen % 2 == 1)) | ((ctag == TAG_OBJECT_SUMMARY) & (plen != 2))]] = True
     nxt = cand + 2 + plen
     rend = wstart + hw  # end of the records (start of any trailer), files without records
     if len(cand):

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from kpgo.atomic import output_dir
+from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
     ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, counter_kind, parse_gcda,
@@ -41,7 +41,7 @@ from kpgo.gcov.image import (
     ARCS_TAG, Image, Index, counter_values, fixed_pieces, index_image, read_file, read_image, summaries_by_file,
     summary_record,
 )
-from kpgo.gcov.profile import MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
+from kpgo.gcov.profile import GCOV_MAX, MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
 
 RULES = {
     "arcs": "sum", "interval": "sum", "pow2": "sum", "average": "sum",
@@ -105,17 +105,49 @@ def _input_runs(src: Path, first: Gcda | None) -> int:
     return 1
 
 
-def _weighted_sum(arrays: list[np.ndarray], factors: list[float]) -> np.ndarray:
+class _Overflow(Exception):
+    """A weighted sum went past GCOV_MAX at counter `slot` (of the accumulator it was raised for)."""
+
+    def __init__(self, slot: int) -> None:
+        super().__init__(slot)
+        self.slot = slot
+
+
+def _overflow_error(path: str) -> UserError:
+    return UserError(f"{path}: a merged counter exceeds 2^63-1, the largest count GCC reads (an input holds an "
+                     "impossible count, or the weights are too large)",
+                     "check the inputs with `kpgo profile stats`, or give smaller --weights")
+
+
+def _add_exact(acc: np.ndarray, v: np.ndarray, f: int, strict: bool) -> None:
+    """acc += v * f in uint64. strict: refuse a sum past GCOV_MAX (uint64 arithmetic would wrap around silently);
+    acc then stays <= GCOV_MAX, so GCOV_MAX - acc cannot wrap."""
+    if strict:
+        over = v > (np.uint64(GCOV_MAX) - acc) // np.uint64(f)
+        if over.any():
+            raise _Overflow(int(np.argmax(over)))
+    acc += v * np.uint64(f)
+
+
+def _float_over(acc: np.ndarray) -> int | None:
+    """The first float sum GCC could not read (>= 2^63, the first float above GCOV_MAX), or None."""
+    over = acc >= 2.0**63
+    return int(np.argmax(over)) if over.any() else None
+
+
+def _weighted_sum(arrays: list[np.ndarray], factors: list[float], strict: bool = False) -> np.ndarray:
     if all(float(f).is_integer() for f in factors):
         acc = np.zeros(len(arrays[0]), dtype=np.uint64)
         for v, f in zip(arrays, factors):
             if f:
-                acc += v * np.uint64(int(f))
+                _add_exact(acc, v, int(f), strict)
         return acc
     accf = np.zeros(len(arrays[0]), dtype=np.float64)
     for v, f in zip(arrays, factors):
         if f:
             accf += v.astype(np.float64) * f
+    if strict and (k := _float_over(accf)) is not None:
+        raise _Overflow(k)
     return _round_u64(accf)
 
 
@@ -131,9 +163,9 @@ def _round_u64(acc: np.ndarray) -> np.ndarray:
     return r.astype(np.uint64)
 
 
-def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float]) -> np.ndarray:
+def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float], strict: bool = False) -> np.ndarray:
     if rule == "sum":
-        return _weighted_sum(arrays, factors)
+        return _weighted_sum(arrays, factors, strict)
     live = [v for v, f in zip(arrays, factors) if f]
     if rule == "ior":
         return np.bitwise_or.reduce(live) if live else np.zeros_like(arrays[0])
@@ -158,7 +190,7 @@ def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float]) -> np
 # it and reports any problem with a one-line error naming the file.
 
 
-def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: list[float]
+def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: list[float], strict: bool = False
                ) -> tuple[Gcda, bytes, int, list[tuple[int, int]]]:
     """Merge one file across the inputs holding it (full parse). Returns the output model, its bytes (without
     the summary), its largest merged arc counter and (input, arc total) per input."""
@@ -204,7 +236,10 @@ def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: lis
     for kind, rule, arrays in zip(kinds, rules, per_kind):
         if kind == ARCS:
             arc_totals = [(i, int(v.sum(dtype=np.uint64)) if len(v) else 0) for (i, _), v in zip(raw, arrays)]
-        values = _merge_kind(rule, arrays, fac)
+        try:
+            values = _merge_kind(rule, arrays, fac, strict)
+        except _Overflow:
+            raise _overflow_error(os.path.join(dirs[t_idx], rel)) from None
         if kind == ARCS and len(values):
             top = int(values.max())
         out = out.with_counters(kind, values)
@@ -216,8 +251,11 @@ class _Group:
 
     BIG = np.uint64(np.iinfo(np.uint64).max)
 
-    def __init__(self, rule: str, arcs: bool, lo: np.ndarray, fid: np.ndarray, exact: bool) -> None:
+    def __init__(self, rule: str, arcs: bool, lo: np.ndarray, fid: np.ndarray, exact: bool, paths: list[str],
+                 strict: bool = False) -> None:
         self.rule, self.arcs, self.lo, self.fid = rule, arcs, lo, fid
+        self.paths = paths  # template file paths by file index, for the overflow error
+        self.strict = strict  # refuse sums past GCOV_MAX
         self.exact = exact  # sum in uint64 (all factors integers) rather than float64
         n = len(lo)
         if rule == "sum":
@@ -233,7 +271,11 @@ class _Group:
         acc = self.acc if sel is None else self.acc[sel]
         if self.rule == "sum":
             if self.exact:
-                acc += v * np.uint64(int(f))
+                try:
+                    _add_exact(acc, v, int(f), self.strict)
+                except _Overflow as e:
+                    slot = e.slot if sel is None else int(np.flatnonzero(sel)[e.slot])
+                    raise _overflow_error(self.paths[int(self.fid[slot])]) from None
             else:
                 acc += v.astype(np.float64) * f
         elif self.rule == "ior":
@@ -245,13 +287,15 @@ class _Group:
 
     def result(self) -> np.ndarray:
         if self.rule == "sum" and not self.exact:
+            if self.strict and (k := _float_over(self.acc)) is not None:
+                raise _overflow_error(self.paths[int(self.fid[k])])
             return _round_u64(self.acc)
         if self.rule == "min_nonzero":
             return np.where(self.acc == self.BIG, np.uint64(0), self.acc)
         return self.acc
 
 
-def _groups(t: Index, slow: np.ndarray, exact: bool) -> list[_Group]:
+def _groups(t: Index, slow: np.ndarray, exact: bool, strict: bool = False) -> list[_Group]:
     """Slots by merge rule; files with counters that cannot be merged are marked slow (the per-file merge then
     names them)."""
     from kpgo.gcov.image import KNOWN_TAGS
@@ -276,10 +320,11 @@ def _groups(t: Index, slow: np.ndarray, exact: bool) -> list[_Group]:
             name = "arcs" if tag == ARCS_TAG else rule
             by_rule[name] = by_rule[name] | recs if name in by_rule else recs
     groups = []
+    paths = [t.image.path(k) for k in range(t.n)]
     for name in ("arcs", "sum", "ior", "min_nonzero"):
         if name in by_rule:
             lo, fid = t.counter_slots(by_rule[name])
-            groups.append(_Group("sum" if name == "arcs" else name, name == "arcs", lo, fid, exact))
+            groups.append(_Group("sum" if name == "arcs" else name, name == "arcs", lo, fid, exact, paths, strict))
     return groups
 
 
@@ -304,10 +349,13 @@ def _match(t: Index, spos: np.ndarray, sfid: np.ndarray, usable: np.ndarray, img
 
 
 def merge_profiles(
-    dirs: list[Path], dst: Path, weights: list[float] | None = None, normalize: bool = False, runs: int | None = None
+    dirs: list[Path], dst: Path, weights: list[float] | None = None, normalize: bool = False, runs: int | None = None,
+    strict: bool = False,
 ) -> dict[str, Any]:
     """Merge profiles of the same build into dst (atomic). Returns stats: files, inputs, weights, scales, factors,
-    totals, runs, sum_max, missing (files absent per input)."""
+    totals, runs, sum_max, missing (files absent per input). With strict (`kpgo profile merge`), a merged counter
+    past 2^63-1 (GCC reads counters as signed) is an error naming the file; without, sums wrap (integer factors) or
+    saturate (fractional ones) as libgcov's would."""
     dirs = [Path(d) for d in dirs]
     dst = Path(dst)
     if not dirs:
@@ -315,8 +363,7 @@ def merge_profiles(
     weights = weights if weights is not None else [1.0] * len(dirs)
     if len(weights) != len(dirs):
         raise UserError(f"{len(weights)} weights for {len(dirs)} profiles", "give one weight per input")
-    if dst.exists():
-        raise UserError(f"output directory {dst} already exists", "choose another -o or remove it")
+    check_output(dst, inputs=dirs)
     lists = [_rels_or_fail(d) for d in dirs]
     present = [set(ls) for ls in lists]
     rels = sorted(set().union(*present))
@@ -343,7 +390,7 @@ def merge_profiles(
         for i, f in enumerate(factors):
             if not float(f).is_integer():
                 slow |= np.fromiter((r not in present[i] for r in t.image.rels), dtype=bool, count=t.n)
-    groups = _groups(t, slow, exact)
+    groups = _groups(t, slow, exact, strict)
     spos, sfid = t.structure_positions()
     arc_sums: list[tuple[np.ndarray, np.ndarray]] = []  # per input: (files, arc total of each) over matched files
     first_bytes: list[bytes | None] = []
@@ -382,7 +429,7 @@ def merge_profiles(
     out_totals = [0] * len(dirs)
     global_max = 0
     for rel in slow_rels:
-        g, data, top, arc_totals = _merge_one(rel, dirs, present, factors)
+        g, data, top, arc_totals = _merge_one(rel, dirs, present, factors, strict)
         merged[rel] = (g, data)
         global_max = max(global_max, top)
         for i, s in arc_totals:

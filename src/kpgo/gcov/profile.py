@@ -26,15 +26,25 @@ from typing import Any, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 
-from kpgo.atomic import output_dir
+from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, parse_gcda, summary_bytes, version_text
+from kpgo.gcov.gcda import (
+    ARCS, DAMAGED_HINT, TAG_FUNCTION, Gcda, GcovFormatError, gcc_major, parse_gcda, summary_bytes, version_text,
+)
 from kpgo.gcov.image import (
     ARCS_TAG, Index, counter_values, fixed_pieces, gcda_rels, index_image, read_image, summaries_by_file,
     summary_record,
 )
 
 MANIFEST = "profile.json"
+# GCC reads counters as signed 64-bit numbers (gcov_type): a larger count is negative to it, and no kernel counts
+# that far (2^63 events), so such a file is damaged, and a merge must not produce one.
+GCOV_MAX = (1 << 63) - 1
+
+
+def impossible_count(path: str, value: int) -> UserError:
+    return UserError(f"{path}: arc counter {value} is above 2^63-1, which GCC reads as a negative count "
+                     "(an impossible count)", DAMAGED_HINT)
 
 
 def iter_gcda(src: Path) -> Iterator[Path]:
@@ -180,11 +190,66 @@ def write_tree(tmp: Path, items: Iterable[tuple[Path | str, Data]]) -> int:
     return n
 
 
-def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
+def _scan(idx: Index, strict: bool) -> tuple[int, int, set[str], dict[int, Gcda]]:
+    """What fix and the build's check need of a whole profile: the largest arc counter, the files with an object
+    summary, the gcov versions, and the files that failed the fast check, parsed (a damaged one is a one-line
+    error naming it). strict: counters GCC cannot read are refused."""
+    img = idx.image
+    lo, fid = idx.counter_slots(idx.rec_tag == ARCS_TAG)
+    v = counter_values(img.words, lo)
+    global_max = int(v.max()) if len(v) else 0
+    if strict and global_max > GCOV_MAX:
+        k = int(np.argmax(v > np.uint64(GCOV_MAX)))
+        raise impossible_count(img.path(int(fid[k])), int(v[k]))
+    del v, lo, fid
+    srec = idx.summary_records()
+    had = len(set(idx.rec_fid[srec[idx.rec_len[srec] >= 2]].tolist()))
+    versions = {version_text(x) for x in set(idx.version[idx.fast].tolist())}
+    slow: dict[int, Gcda] = {}
+    for k in idx.slow():
+        g = parse_gcda(img.file_bytes(k), img.path(k))
+        slow[k] = g
+        versions.add(g.version_text)
+        if g.summary is not None:
+            had += 1
+        c = g.counters(ARCS)
+        if len(c):
+            top = int(c.max())
+            if strict and top > GCOV_MAX:
+                raise impossible_count(img.path(k), top)
+            global_max = max(global_max, top)
+    return global_max, had, versions, slow
+
+
+def _one_version(src: Path | str, versions: set[str]) -> None:
+    """One build is compiled by one GCC: files of several gcov versions in one profile come from several builds."""
+    if len(versions) > 1:
+        raise UserError(f"{src} mixes .gcda files of {len(versions)} gcov versions ({_versions_text(versions)}), "
+                        "so they come from different builds", "collect the profile again from one instrumented build")
+
+
+def check_for_build(src: Path) -> dict[str, Any]:
+    """What an optimized build needs of a profile, checked before the build starts: every file readable, counts
+    GCC can read, one gcov version, and an object summary in every file (the kernel writes none, and GCC then
+    ignores the profile). Returns files, gcov_version (text) and gcc_major (of that version)."""
+    idx, rels = load_profile(src)
+    _, had, versions, _ = _scan(idx, strict=True)
+    _one_version(src, versions)
+    if had < len(rels):
+        raise UserError(f"{src}: {len(rels) - had} of {len(rels)} .gcda files have no object summary (a raw kernel "
+                        "profile), so GCC would ignore them", f"run `kpgo profile fix {src} -o {src}.fixed` and pass that")
+    version = next(iter(versions))
+    word = int.from_bytes(version.encode("latin-1"), "big") if len(version) == 4 else 0
+    return {"files": len(rels), "gcov_version": version, "gcc_major": gcc_major(word)}
+
+
+def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> dict[str, Any]:
     """Copy the profile src to dst with one correct object summary per file: runs, and sum_max = the largest arc
     counter over the whole profile (clamped to 32 bits, as GCC stores it). The layout of each file's GCC is kept.
 
-    dst appears only when complete; src is never modified. Returns stats: files, runs, sum_max, sum_max_clamped,
+    dst appears only when complete; src is never modified. With strict (`kpgo profile fix`), files of several gcov
+    versions (so of several builds) and counters GCC cannot read (above 2^63-1) are refused; without, each file is
+    fixed as it is, in its own layout. Returns stats: files, runs, sum_max, sum_max_clamped,
     had_summary, gcov_version.
 
     The whole profile is read into one buffer (memory: the profile size) and checked at once; each output file is
@@ -193,27 +258,12 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
     src, dst = Path(src), Path(dst)
     if runs < 1 or runs > 0xFFFFFFFF:
         raise UserError(f"--runs {runs} is out of range", "give a positive number of runs")
-    if dst.exists():
-        raise UserError(f"output directory {dst} already exists", "choose another -o or remove it")
+    check_output(dst, inputs=[src])
     idx, rels = load_profile(src)
     img = idx.image
-    fast = idx.fast
-    lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
-    global_max = int(counter_values(img.words, lo).max()) if len(lo) else 0
-    del lo
-    srec = idx.summary_records()
-    had = len(set(idx.rec_fid[srec[idx.rec_len[srec] >= 2]].tolist()))
-    versions = {version_text(v) for v in set(idx.version[fast].tolist())}
-    slow: dict[int, Gcda] = {}
-    for k in idx.slow():
-        g = parse_gcda(img.file_bytes(k), img.path(k))
-        slow[k] = g
-        versions.add(g.version_text)
-        if g.summary is not None:
-            had += 1
-        v = g.counters(ARCS)
-        if len(v):
-            global_max = max(global_max, int(v.max()))
+    global_max, had, versions, slow = _scan(idx, strict)
+    if strict:
+        _one_version(src, versions)
     sum_max = min(global_max, 0xFFFFFFFF)
     manifest = read_manifest(src)
     summaries = {u: summary_record(u, runs, sum_max) for u in (1, 4)}
@@ -247,7 +297,9 @@ def fix_profile(src: Path, dst: Path, runs: int = 1) -> dict[str, Any]:
 
 __all__ = [
     "GcovFormatError",
+    "GCOV_MAX",
     "MANIFEST",
+    "check_for_build",
     "fix_profile",
     "gcda_list",
     "iter_gcda",

@@ -67,12 +67,24 @@ def compare_to_gcno(g: Gcda, notes: Gcno) -> str | None:
     return None
 
 
+def _has_gcno(build: Path) -> bool:
+    """Whether any .gcno is under build (the walk stops at the first)."""
+    for _root, _dirs, files in os.walk(build):
+        if any(f.endswith(".gcno") for f in files):
+            return True
+    return False
+
+
 def check_profile(src: Path, build: Path) -> dict[str, Any]:
     """Returns {"total": {files, matched, stale, missing}, "directories": {dir: counts}, "problems": [...],
     "gcno_without_gcda": n}."""
     src, build = Path(src), Path(build)
     if not build.is_dir():
         raise UserError(f"build directory {build} does not exist", "give the instrumented kernel's build directory")
+    if not _has_gcno(build):
+        # Every file would be "missing": the answer to a wrong --build, not to a wrong profile.
+        raise UserError(f"{build} holds no .gcno files, so it is not an instrumented build",
+                        "give the build directory of `kpgo build --variant instrumented` the profile was collected from")
     rels = gcda_list(src)
     dirs: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "matched": 0, "stale": 0, "missing": 0})
     problems: list[dict[str, str]] = []

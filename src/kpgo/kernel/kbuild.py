@@ -37,6 +37,9 @@ PROFILE_USE_FLAGS = (
     "-Wno-missing-profile",
     "-fdump-ipa-profile",
 )
+# GCC's option that keeps functions the profile never saw at their normal optimization instead of
+# optimizing them for size (`kpgo build|run --partial-training`; docs/EVALUATION.md weighs it).
+PARTIAL_TRAINING = "-fprofile-partial-training"
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,28 @@ def check_request(variant: str, profile: Path | None) -> None:
         _check_profile(profile)
 
 
+def check_inputs(req: BuildRequest) -> None:
+    """What the request's source and config must satisfy, checked without running make: a mistake found here costs a
+    second, found by configure or by GCC it costs a build and leaves a half-made build directory."""
+    if req.jobs < 1:
+        raise UserError(f"-j {req.jobs}: the number of compile jobs must be at least 1", "fix -j")
+    if req.out.exists() and not req.out.is_dir():
+        raise UserError(f"build directory {req.out} is a file", "choose another -o")
+    if req.profile is not None:
+        out, prof = req.out.resolve(), req.profile.resolve()
+        if out == prof or prof in out.parents or out in prof.parents:
+            # The build would write into the profile (or the profile into the build: each .gcda is installed there).
+            raise UserError(f"build directory {req.out} and profile {req.profile} overlap", "choose an -o outside the profile directory")
+    atomic.check_writable(req.out, "build directory")
+    kconfig.check_applies(req.config, req.source.path)
+    if req.profile is not None:
+        _check_profile_origin(req)
+
+
 def build(req: BuildRequest) -> dict:
     """Build (or reuse) the variant in req.out and return its build.json."""
     check_request(req.variant, req.profile)
+    check_inputs(req)
     for tool in ("make", "gcc", "flex", "bison", "bc"):
         proc.need(tool)
     key = build_key(req)
@@ -179,10 +201,50 @@ def build(req: BuildRequest) -> dict:
 
 
 def _check_profile(profile: Path) -> None:
+    """The profile as GCC will read it, before anything is built: an optimized build that GCC silently builds
+    without the profile fails only at its proof, an hour later."""
+    from kpgo.gcov.profile import check_for_build, read_manifest
+
     if not profile.is_dir():
         raise UserError(f"profile directory {profile} not found", "pass a directory written by `kpgo collect` or `kpgo profile fix`")
     if next(profile.rglob("*.gcda"), None) is None:
         raise UserError(f"profile directory {profile} holds no .gcda files", "collect a profile first (`kpgo collect`)")
+    info = check_for_build(profile)  # damaged files, impossible counts, mixed builds, no object summary
+    gcc = gcc_version()
+    major, _, rest = gcc.partition(".")
+    want = f"{chr(ord('A') + int(major) // 10)}{int(major) % 10}{rest.partition('.')[0]}" if major.isdigit() else ""
+    if want and info["gcov_version"][:3] != want:
+        # GCC compares the whole version word and ignores (with a warning) every file of another version.
+        raise UserError(f"profile {profile} was written by another GCC (gcov version {info['gcov_version']}); this build "
+                        f"compiles with GCC {gcc}, which ignores it", f"collect the profile from a kernel built with GCC {gcc}")
+    if not read_manifest(profile):
+        raise UserError(f"profile directory {profile} has no profile.json, so kpgo cannot tell which kernel it was collected from",
+                        "pass a profile written by `kpgo collect` and `kpgo profile fix` (or `kpgo profile merge`)")
+
+
+def _origins(manifest: dict) -> list[dict]:
+    """The collections a profile.json describes: itself, or for a merged profile each input's."""
+    if "config_name" in manifest or "kernel_release" in manifest:
+        return [manifest]
+    merged = manifest.get("merged")
+    inputs = merged.get("inputs") if isinstance(merged, dict) else None
+    return [o for i in inputs or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in _origins(i["profile"])]
+
+
+def _check_profile_origin(req: BuildRequest) -> None:
+    """A profile collected on another config or kernel version matches few objects: GCC drops their counters with a
+    coverage-mismatch warning, and the build fails its proof at the end."""
+    from kpgo.gcov.profile import read_manifest
+
+    version = req.source.version
+    for origin in _origins(read_manifest(req.profile)) if req.profile is not None else []:
+        name, release = origin.get("config_name"), str(origin.get("kernel_release") or "")
+        if name and name != req.config.name:
+            raise UserError(f"profile {req.profile} was collected on a {name} kernel; this build is {req.config.name}",
+                            f"build with the config it was collected on (--base {name} or --config FILE), or collect a profile on this one")
+        if release and not (release == version or (release.startswith(version) and not release[len(version)].isdigit())):
+            raise UserError(f"profile {req.profile} was collected on kernel {release}; the source is {version}",
+                            "build from the source it was collected on (--source), or collect a profile from this one")
 
 
 # The object summary of an all-zero .gcda as installed: GCC's code for an object that never ran does not depend

@@ -6,7 +6,9 @@ A shipped config file names its starting target in a `# kpgo-base: TARGET` line
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -43,9 +45,13 @@ def resolve(base: str | None, config_file: Path | None, fragments: list[Path]) -
     for frag in fragments:
         if not frag.is_file():
             raise UserError(f"config fragment {frag} not found", "pass an existing file to --fragment")
+        read_options(frag, "config fragment")
     if config_file is not None:
+        if base is not None:
+            raise UserError(f"--base {base} and --config {config_file} both name the starting config", "give one of them")
         if not config_file.is_file():
             raise UserError(f"config file {config_file} not found", "pass an existing .config to --config")
+        read_options(config_file, "config file")
         return ConfigSpec(config_file.stem, None, (config_file.resolve(), *[f.resolve() for f in fragments]))
     name = base or "server"
     path = _configs_dir() / f"{name}.config"
@@ -54,6 +60,58 @@ def resolve(base: str | None, config_file: Path | None, fragments: list[Path]) -
     m = re.search(r"^# kpgo-base:\s*(\S+)", path.read_text(), re.M)
     assert m  # base_names() only lists files that have it
     return ConfigSpec(name, m.group(1), (path, *[f.resolve() for f in fragments]))
+
+
+# A config line: an option, an option switched off, a comment, or nothing. merge_config.sh silently skips anything
+# else ("CONFIG_X = y" with spaces), so such a line would be lost without a word.
+_LINE = re.compile(r"CONFIG_\w+=.*|# CONFIG_\w+ is not set|#.*|")
+# Symbols that only another architecture's config sets: kpgo builds x86-64 kernels.
+OTHER_ARCHES = ("ARM64", "ARM", "RISCV", "PPC", "PPC64", "S390", "MIPS", "LOONGARCH", "SPARC", "PARISC", "ALPHA", "M68K")
+
+
+def read_options(path: Path, what: str) -> dict[str, str]:
+    """The options a user's config file or fragment sets, refusing a file that is not one (a line that is no config
+    syntax, no option at all, another architecture's config)."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not _LINE.fullmatch(line.strip()):
+            raise UserError(f"{what} {path} line {n} is not a config line: {line.strip()[:60]!r}",
+                            "write each option as CONFIG_NAME=VALUE or '# CONFIG_NAME is not set'")
+    opts = parse(text)
+    if not opts:
+        raise UserError(f"{what} {path} sets no CONFIG_ option", "pass a kernel config (lines CONFIG_NAME=VALUE)")
+    arch = [a for a in OTHER_ARCHES if opts.get(f"CONFIG_{a}") == "y"]
+    if arch:
+        raise UserError(f"{what} {path} is for another architecture (CONFIG_{arch[0]}=y)", "kpgo builds x86-64 kernels: pass an x86-64 config")
+    return opts
+
+
+@functools.cache
+def kconfig_symbols(src: Path) -> frozenset[str]:
+    """Every symbol a Kconfig file of the source tree defines (`config X`, `menuconfig X`), any architecture."""
+    rx = re.compile(rb"^[ \t]*(?:menu)?config[ \t]+([A-Za-z0-9_]+)", re.M)
+    syms: set[str] = set()
+    for root, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("Documentation", "tools")]
+        for f in files:
+            if f.startswith("Kconfig"):
+                with open(os.path.join(root, f), "rb") as fh:
+                    syms.update(m.decode() for m in rx.findall(fh.read()))
+    return frozenset(syms)
+
+
+def check_applies(spec: ConfigSpec, src: Path) -> None:
+    """Every option a user's fragment switches on exists in this kernel (a typo or an option of another kernel
+    version would otherwise surface after configure as 'dependencies not met', with a half-made build directory)."""
+    frags = spec.files[1:]
+    if not frags:
+        return
+    known = kconfig_symbols(Path(src))
+    for frag in frags:
+        for key, value in read_options(frag, "config fragment").items():
+            if value != "n" and key.removeprefix("CONFIG_") not in known:
+                raise UserError(f"config fragment {frag} sets {key}, which this kernel ({src}) does not have",
+                                "fix the option's name, or drop it from the fragment")
 
 
 def variant_fragments(variant: str) -> tuple[Path, ...]:

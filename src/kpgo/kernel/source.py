@@ -71,7 +71,9 @@ def _extract(tarball: Path, dest: Path, stamp: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, OSError) and e.errno == 28:
             raise
-        raise UserError(f"cannot extract {tarball}: {e}", "reinstall linux-source-6.12 or pass --source") from None
+        # tarfile's "could not be opened" lists every method it tried, one per line: the error stays one line.
+        why = "not a complete tar archive" if isinstance(e, (tarfile.ReadError, EOFError)) else " ".join(str(e).split())
+        raise UserError(f"cannot extract {tarball}: {why}", "reinstall linux-source-6.12 or pass --source") from None
 
 
 def _from_tree(tree: Path) -> KernelSource:
