@@ -83,3 +83,30 @@ def tiny_run(test_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_summary(tiny_run: Path) -> dict:
     return json.loads((tiny_run / "run.json").read_text())
+
+
+# Short measured windows: CI proves each workload works; docs/WORKLOADS.md has the default-size figures.
+SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5", "postgresql.duration=5",
+         "redis.requests=20000", "rocksdb.num=30000", "leveldb.num=30000", "micro.seconds=1", "micro.procs=1,4"]
+
+
+@pytest.fixture(scope="session")
+def all_profiles(tiny_run: Path, test_dir: Path) -> Path:
+    """`kpgo collect --workload all` (guest client, short windows) on the tiny instrumented kernel, once."""
+    out = test_dir / "collect-all"
+    key = json.loads((tiny_run / "builds" / "instrumented" / "build.json").read_text())["key"]
+
+    def current(n: str) -> bool:  # collected, and from today's instrumented kernel
+        try:
+            return json.loads((out / n / "profile.json").read_text())["build_key"] == key
+        except (OSError, ValueError, KeyError):
+            return False
+
+    if not all(current(n) for n in ("apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb")):
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+        args = [a for s in SHORT for a in ("--set", s)]
+        res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", "all", "-o", out, *args)
+        assert res.returncode == 0, res.stderr[-3000:]
+    return out

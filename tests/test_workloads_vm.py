@@ -9,27 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kpgo
+from conftest import SHORT, kpgo
 
 pytestmark = pytest.mark.vm
-
-# Short measured windows: CI proves each workload works; docs/WORKLOADS.md has the default-size figures.
-SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5", "postgresql.duration=5",
-         "redis.requests=20000", "rocksdb.num=30000", "leveldb.num=30000", "micro.seconds=1", "micro.procs=1,4"]
-
-
-@pytest.fixture(scope="session")
-def all_profiles(tiny_run: Path, test_dir: Path) -> Path:
-    out = test_dir / "collect-all"
-    if not all((out / n / "profile.json").exists() for n in ("apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb")):
-        import shutil
-
-        shutil.rmtree(out, ignore_errors=True)
-        args = [a for s in SHORT for a in ("--set", s)]
-        res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", "all", "-o", out, *args)
-        assert res.returncode == 0, res.stderr[-3000:]
-    return out
-
 
 @pytest.mark.parametrize("name", ["apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb"])
 def test_workload_ran_in_guest(all_profiles: Path, name: str) -> None:

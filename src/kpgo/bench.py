@@ -86,6 +86,9 @@ def parse_kernel_arg(text: str) -> Kernel:
     label, sep, path = text.partition("=")
     if not sep:
         path, label = text, Path(text).name
+    if not vm.SHAREABLE.fullmatch(label) or "/" in label or label.strip() != label or not label:
+        # The label names each boot's directory, which virtme-ng shares with the guest.
+        raise UserError(f"--kernel {text}: the label {label!r} is not a name of letters, digits and _ + . -", "write --kernel LABEL=BUILD_DIR, e.g. --kernel pgo=builds/optimized")
     return Kernel(label, Path(path).resolve())
 
 
@@ -223,7 +226,7 @@ def bench(
                 "kernel_share": [r["kernel_share"] for r in runs], "ops": [r.get("ops") for r in runs],
                 "ops_method": [r.get("ops_method", "estimate") for r in runs], "ops_estimate": [r.get("ops_estimate") for r in runs],
                 "sim": result.get("sim"), "sim_per_op": sim_per_op(result["sim"], runs, sim.l1i_line) if sim is not None else None,
-                "timings": result["timings"],
+                "timings": result["timings"], "placement": result.get("placement"), "sim_boot": result.get("sim_boot"),
             }
         except KpgoError as e:
             # One failing cell does not stop the others; it has no sample, so a rerun boots it again.
@@ -247,6 +250,7 @@ def bench(
         },
         "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": sim_mode,
                         "headline": "simulated" if sim is not None else "wall-clock",
+                        "placement": {w: next((s["placement"] for s in samples if s["workload"] == w and s.get("placement")), None) for w in names},
                         "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"], "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
         "host": host_facts(accel),
@@ -316,6 +320,7 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
                 continue  # a zero count (user iTLB misses, say) has no geometric mean
             out["sim_geomean"][label][m] = _geomean_row(sp, used)
     out["sim_own_geomean"] = own_sim_geomean(out)
+    out["sim_boot"] = boot_cost(samples, base, [k.label for k in kernels])
     out["geomean"] = {}
     for label, ps in pairs.items():
         g, lo, hi = stats.geomean_ci(ps)
@@ -339,6 +344,28 @@ def own_sim_geomean(results: dict) -> dict[str, dict[str, Any]]:
                 used.append(n)
         if pairs:
             out[k] = _geomean_row(pairs, used)
+    return out
+
+
+BOOT_COUNTS = ("insns", "l1i_misses", "taken_branches")
+
+
+def boot_cost(samples: list[dict], base: str, labels: list[str]) -> dict[str, dict[str, Any]]:
+    """With --sim-opt boot=on: per kernel, the guest's kernel-mode events from power-on to the agent's start
+    (a path no workload profile covers), every boot of the kernel pooled whatever its workload, and the
+    ratio to the baseline with its bootstrap CI. Empty without boot windows."""
+    per = {label: [s["sim_boot"]["kernel"] for s in samples if s["kernel"] == label and s.get("sim_boot")] for label in labels}
+    if not per.get(base):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for label, wins in per.items():
+        if not wins:
+            continue
+        out[label] = {}
+        for c in BOOT_COUNTS:
+            b, o = [float(w[c]) for w in per[base]], [float(w[c]) for w in wins]
+            r, lo, hi = stats.ratio_ci(b, o)
+            out[label][c] = {**stats.describe(o), "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)}
     return out
 
 
@@ -417,6 +444,12 @@ def format_table(results: dict) -> str:
             cells = [f"{SIM_TITLES[k]} ×{g[k]['ratio']:.3f} {format_ci(g[k]['ci_low'], g[k]['ci_high'])}{'*' if g[k]['ci_includes_1'] else ''}"
                      for k in SIM_HEADLINE if k in g]
             lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  over {len(next(iter(g.values()))['workloads']) if g else 0} workload(s)")
+    if results.get("sim_boot"):
+        lines += ["", f"boot, power-on to the agent (simulated, kernel mode; every boot of a kernel pooled; ×ratio to {base})"]
+        for label, b in results["sim_boot"].items():
+            cells = [f"{c.replace('_', ' ')} {b[c]['mean'] / 1e6:,.1f} M" + ("" if label == base else f" ×{b[c]['ratio']:.3f} {format_ci(b[c]['ci_low'], b[c]['ci_high'])}{'*' if b[c]['ci_includes_1'] else ''}")
+                     for c in BOOT_COUNTS]
+            lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  ({b['insns']['n']} boots)")
     if results.get("failed"):
         lines += ["", f"FAILED boots ({len(results['failed'])}; these cells have no sample from them — run the same command again to retry only these):"]
         for f in results["failed"]:

@@ -13,7 +13,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from kpgo import atomic, vm, workloads
+from kpgo import atomic, client, vm, workloads
 from kpgo.errors import KpgoError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
@@ -27,6 +27,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
     if not manifest.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
     workloads.check_kernel([workload], build_dir)
+    atomic.check_output(out, inputs=[build_dir], what="profile directory", replace=replace)  # never inside the build
     kernel = kbuild.image(build_dir)
     accel = vm.accelerator(kernel)
     t0 = time.monotonic()
@@ -34,7 +35,8 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         logdir = tmp / "log"
         share = tmp / "guest"
         job = {"mode": "collect", "workload": workload, "runs": 1, "build_dir": manifest["build_dir"]}
-        say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}), warm-up, reset counters, measured load, snapshot")
+        where = " (client on the host)" if client.placement_of(workload) == "host" else ""
+        say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
         try:
             result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
         except KpgoError as e:
@@ -59,7 +61,8 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
             "build_key": manifest["key"],
             "gcc": manifest["gcc"],
             "gcov_version": info["gcov_version"],
-            "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"]},
+            "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"], "client": client.placement_of(workload)},
+            "placement": result["placement"],
             "throughput": result["runs"][0]["value"],
             "throughput_parts": result["runs"][0]["parts"],
             "secondary": result["runs"][0]["secondary"],

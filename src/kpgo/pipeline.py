@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, collect, vm
+from kpgo import atomic, bench, client, collect, vm
 from kpgo.errors import UserError
 from kpgo.kernel import kbuild, kconfig, source
 from kpgo.progress import fmt_secs, say
@@ -40,6 +40,7 @@ class RunOptions:
     sim: Any = None  # bench.SimChoice (or a kpgo.sim.SimConfig: always simulated)
     studies: tuple[str, ...] = ()
     request: dict | None = None  # the command-line options, kept in run.json so `kpgo study` can extend the run
+    partial_training: bool = False  # optimized builds with GCC's -fprofile-partial-training
 
 
 STUDIES = ("universal", "cross")
@@ -52,13 +53,13 @@ def run(opts: RunOptions) -> dict:
     spec = kconfig.resolve(opts.base, opts.config, list(opts.fragments))
     src = source.resolve(opts.source)
     rd = opts.run_dir.resolve()
-    rd.mkdir(parents=True, exist_ok=True)
     names = [wl["name"] for wl in opts.workloads]
     unknown = sorted(set(opts.studies) - set(STUDIES))
     if unknown:
         raise UserError(f"unknown study {', '.join(unknown)}", f"studies of a run: {', '.join(STUDIES)}")
     if opts.studies and len(names) < 2:
         raise UserError(f"the {' and '.join(opts.studies)} study needs two or more workloads", "pass --workload a,b[,...]")
+    rd.mkdir(parents=True, exist_ok=True)  # only once the request is known to be sound
     say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(names)}, in {rd}")
 
     def timed(name: str, fn):  # type: ignore[no-untyped-def]
@@ -69,7 +70,8 @@ def run(opts: RunOptions) -> dict:
         return value
 
     def req(variant: str, out: str, profile: Path | None = None) -> kbuild.BuildRequest:
-        return kbuild.BuildRequest(src, spec, variant, rd / "builds" / out, profile, opts.jobs)
+        kcflags = (kbuild.PARTIAL_TRAINING,) if opts.partial_training and variant == "optimized" else ()
+        return kbuild.BuildRequest(src, spec, variant, rd / "builds" / out, profile, opts.jobs, kcflags)
 
     instr = timed("build instrumented", lambda: kbuild.build(req("instrumented", "instrumented")))
     profiles: dict[str, tuple[dict, dict]] = {}
@@ -99,6 +101,7 @@ def run(opts: RunOptions) -> dict:
             n: {
                 "params": wl["params"],
                 "unit": wl["unit"],
+                "client": client.placement_of(wl),
                 "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
                 "proof": opt[f"optimized-{n}"]["proof"],
             }
@@ -127,7 +130,9 @@ def collect_cached(profiles: Path, build: Path, instr: dict, wl: dict, guest: vm
     """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
     raw = profiles / f"{wl['name']}.raw"
     have = collect.load_profile_json(raw)
-    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl["params"]:
+    # Profiles from before client placement existed were collected with the client in the guest.
+    same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
+    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl["params"] and same_client:
         say(f"collect {wl['name']}: up to date in {raw}")
         return have
     shutil.rmtree(profiles / wl["name"], ignore_errors=True)

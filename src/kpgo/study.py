@@ -39,7 +39,8 @@ def _builder(run: dict, run_dir: Path):  # type: ignore[no-untyped-def]
     src = source.resolve(Path(r["source"]) if r["source"] else None)
 
     def build(variant: str, label: str, profile: Path | None = None) -> dict:
-        return kbuild.build(kbuild.BuildRequest(src, spec, variant, run_dir / "builds" / label, profile, int(r["jobs"])))
+        kcflags = (kbuild.PARTIAL_TRAINING,) if r.get("partial_training") and variant == "optimized" else ()
+        return kbuild.build(kbuild.BuildRequest(src, spec, variant, run_dir / "builds" / label, profile, int(r["jobs"]), kcflags))
 
     return build
 
@@ -91,4 +92,4 @@ def format_share(table: dict) -> str:
 def run_specs(run: dict) -> list[dict]:
     """The run's workloads with the parameters it used."""
     r = run["request"]
-    return workloads.load_many(r["workload"], list(r["set"]))
+    return workloads.load_many(r["workload"], list(r["set"]), r.get("client", "guest"))

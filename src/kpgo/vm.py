@@ -12,11 +12,12 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpgo import atomic, proc
+from kpgo import atomic, client, proc
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, UserError
 from kpgo.paths import cache_dir
@@ -29,7 +30,7 @@ SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
 
 @dataclass(frozen=True)
 class Guest:
-    cpus: int = 2
+    cpus: int | None = None  # None: 2, or with a host client one per core the client leaves (client.plan)
     memory: str = "2G"
     timeout: float = 900.0
 
@@ -74,16 +75,20 @@ def accelerator(probe_kernel: Path) -> str:
 
 
 def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | None = None,
-             sim: simulator.SimConfig | None = None, report: Path | None = None) -> list[str | Path]:
+             sim: simulator.SimConfig | None = None, report: Path | None = None, net: client.HostClient | None = None) -> list[str | Path]:
     """The vng command line booting `kernel` to run the shell command `cmd`. With `sim`, the
     plugin (built if needed) writes its report to `report`, and the guest tool kpgo-window is
-    built; a stale report is removed."""
+    built; a stale report is removed. With `net` (a host client), the guest gets its NIC and
+    QEMU is pinned to the cores the client leaves."""
     if not kernel.is_file():
         raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     argv: list[str | Path] = ["vng", "-r", kernel]
     if rwdir is not None:
         argv += ["--rwdir", rwdir]
-    argv += ["--cpus", str(guest.cpus), "--memory", guest.memory, "--append", "panic=-1", "--verbose", "--exec", cmd]
+    cpus = net.placement.vcpus if net is not None else guest.cpus or 2
+    argv += ["--cpus", str(cpus), "--memory", guest.memory, "--append", "panic=-1", "--verbose", "--exec", cmd]
+    if net is not None:
+        argv.append(f"--qemu-opts={net.qemu_opts()}")
     if sim is not None:
         if report is None:
             raise ValueError("a simulated boot needs a report path")
@@ -98,7 +103,7 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
             accel = "tcg"  # a plugin sees only TCG-translated code
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
-    return argv
+    return client.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
 
 
 def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
@@ -124,16 +129,31 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
                         "choose an output or run directory whose path has no other characters")
     report = rundir / "sim.json"
     cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
-    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report)  # checks the kernel first
+    placement = client.plan(job["workload"], guest.cpus)
+    net = None
+    if placement.client == "host":
+        client.check_ports_free(job["workload"])
+        net = client.HostClient(job["workload"], placement, rundir / "client", log.with_name("client.log"))
+    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net)  # checks the kernel first
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
     if sim is not None:
-        job = {**job, "sim": True}
+        job = {**job, "sim": True, "sim_boot": sim.boot}
+    if net is not None:
+        shutil.rmtree(net.workdir, ignore_errors=True)
+        net.prepare()
+        job = {**job, "client": net.job()}
     atomic.write_json(rundir / "job.json", {**job, "tools_dir": str(tools_dir())})
     result_file = rundir / "result.json"
     for attempt in (1, 2):
-        res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
+        if net is not None:
+            net.start()
+        try:
+            res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True, on_line=net.on_console if net else None)
+        finally:
+            if net is not None:
+                net.stop()
         # Under TCG with 2 vCPUs the kernel's int3-based live text patching (static keys flipped
         # during boot) now and then races the other vCPU: "Oops: int3" and a panic before the
         # agent starts. That is an emulator flake, not the workload: boot once more, and say so.
@@ -150,6 +170,7 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
         tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
         raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}", f"console log: {log}")
     result = json.loads(result_file.read_text())
+    result["placement"] = placement.as_json()
     if not result.get("ok"):
         # The tails of the failing step's output and of the server's log say why, in place.
         for key, tag in (("output_tail", "output"), ("server_log_tail", "server")):
@@ -158,6 +179,8 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
         raise InfraError(f"workload {job['workload']['name']} failed in the guest ({result.get('phase')}): {result.get('error')}", f"console log: {log}")
     if sim is not None:
         windows = simulator.read_windows(report)
+        if sim.boot and windows:
+            result["sim_boot"] = windows.pop(0)  # power-on to the agent's start
         if len(windows) != len(result["runs"]):
             raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result['runs'])} measured run(s)", f"report: {report}; console log: {log}")
         result["sim"] = windows

@@ -18,7 +18,8 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
 
 def add_guest_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("guest")
-    g.add_argument("--cpus", type=int, default=2, help="guest vCPUs (default 2)")
+    g.add_argument("--cpus", type=int, default=None,
+                   help="guest vCPUs (default 2; with --client host, one per host core but the client's, QEMU pinned to them)")
     g.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     g.add_argument("--guest-timeout", type=float, default=900, metavar="SECONDS", help="hard limit per guest boot (default 900)")
 
@@ -30,6 +31,10 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
                    help=f"workload(s): {', '.join(workloads.names())}, or all (default redis; see `kpgo workloads list`)")
     p.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE",
                    help="override a workload parameter, for every chosen workload that has it or for NAME only (repeatable)")
+    p.add_argument("--client", choices=("guest", "host"), default="guest",
+                   help="where the load generators of the network servers run: in the guest over loopback (default), or on the "
+                   "host against 127.0.0.1 ports QEMU forwards to the guest's virtio NIC, pinned to a core of its own "
+                   "(docs/WORKLOADS.md); micro and the embedded databases have no client")
 
 
 def chosen_workloads(args: argparse.Namespace) -> list[dict]:
@@ -37,8 +42,13 @@ def chosen_workloads(args: argparse.Namespace) -> list[dict]:
     from kpgo import workloads
     from kpgo.workloads import install
 
-    specs = workloads.load_many(args.workload, args.set)
+    from kpgo import client
+
+    specs = workloads.load_many(args.workload, args.set, getattr(args, "client", "guest"))
     install.require(specs)
+    for s in specs:
+        if client.placement_of(s) == "host":
+            client.check_ports_free(s)  # before any build or boot
     return specs
 
 
@@ -47,7 +57,7 @@ def guest_from(args: argparse.Namespace):  # -> vm.Guest
 
     from kpgo.errors import UserError
 
-    if args.cpus < 1 or args.guest_timeout <= 0:
+    if (args.cpus is not None and args.cpus < 1) or args.guest_timeout <= 0:
         raise UserError("--cpus must be ≥ 1 and --guest-timeout > 0", "fix the option")
     return vm.Guest(cpus=args.cpus, memory=args.memory, timeout=args.guest_timeout)
 
@@ -64,7 +74,7 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
                    "plugin (docs/SIM.md); default: on when guests run under TCG (no working KVM), where they are the headline, "
                    "off under KVM; --no-sim turns them off")
     g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=4k (default 2M: kernel text on huge pages; repeatable)")
+                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=4k (default 2M: kernel text on huge pages), boot=on (one more window from power-on to the guest agent: the cost of booting); repeatable")
 
 
 def design_from(args: argparse.Namespace):  # -> bench.Design

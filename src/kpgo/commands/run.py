@@ -11,7 +11,7 @@ from kpgo.commands.common import (
 
 # The options `kpgo study` needs to extend a run exactly as it was started (kept in run.json "request").
 REQUEST_KEYS = ("source", "base", "config", "fragment", "jobs", "workload", "set", "boots", "runs", "order", "seed", "sim", "sim_opt",
-                "cpus", "memory", "guest_timeout", "study")
+                "cpus", "memory", "guest_timeout", "study", "client", "partial_training")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
     p.add_argument("--study", action="append", default=[], choices=("universal", "cross"), help="add a study (repeatable; needs two or more workloads)")
+    p.add_argument("--partial-training", action="store_true",
+                   help="optimized kernels keep code the profile never ran at its normal optimization (GCC's "
+                   "-fprofile-partial-training) instead of optimizing it for size")
     add_design_options(p)
     add_kernel_options(p)
     add_workload_options(p)
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     opts = pipeline.RunOptions(
         run_dir, args.base, args.config, tuple(args.fragment), args.source, tuple(specs), design_from(args), args.jobs, guest_from(args),
         sim=sim_from(args), studies=tuple(dict.fromkeys(args.study)), request=request,
+        partial_training=bool(getattr(args, "partial_training", False)),
     )
     pipeline.run(opts)
     print((run_dir / "summary.md").read_text())

@@ -285,9 +285,69 @@ def snapshot(prefix, tar_path, timings):
     return len(paths), sum(len(b) for b in data)
 
 
+class Control:
+    """The control connection to the host client (job "client": the load generator runs on the host,
+    kpgo/client.py): the agent sends each client step's command line and gets its status and output."""
+
+    def __init__(self, spec):
+        self.rundir = spec["rundir"]  # the client's run dir on the host
+        bring_up_network(spec["guest_addr"])
+        server = socket.create_server((spec["guest_addr"], int(spec["control_port"])))
+        server.settimeout(120)
+        print("kpgo-agent: control ready", flush=True)  # the host connects on this line
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            raise Failure("the host client did not connect to the control port within 120 s") from None
+        finally:
+            server.close()
+        conn.settimeout(None)
+        self.file = conn.makefile("rw", encoding="utf-8", newline="\n")
+
+    def call(self, msg):
+        self.file.write(json.dumps(msg) + "\n")
+        self.file.flush()
+        line = self.file.readline()
+        if not line:
+            raise Failure("the host client closed the control connection")
+        return json.loads(line)
+
+    def run(self, argv, timeout, what):
+        reply = self.call({"op": "run", "argv": argv, "timeout": timeout, "what": what})
+        if reply.get("timed_out"):
+            raise Failure(f"{what} (on the host) did not finish within {timeout:.0f} s", reply.get("output", ""))
+        if reply["status"] != 0:
+            raise Failure(f"{what} (on the host) failed with status {reply['status']}", reply.get("output", ""))
+        return reply["output"]
+
+    def close(self):
+        try:
+            self.file.write(json.dumps({"op": "bye"}) + "\n")
+            self.file.flush()
+        except OSError:
+            pass
+
+
+CONTROL = None  # set in main() when the job's client runs on the host
+
+
+def bring_up_network(addr):
+    """The virtio NIC on QEMU's user network (address fixed by QEMU; no DHCP, no route: the host's
+    forwarded connections arrive from 10.0.2.2 on the same subnet)."""
+    nics = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
+    if not nics:
+        raise Failure("the guest has no network device (the kernel needs CONFIG_VIRTIO_NET for --client host)")
+    for argv in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{addr}/24", "dev", nics[0]], ["ip", "link", "set", nics[0], "up"]):
+        run(argv, 30, "network setup")
+
+
 def run_step(step, name, params, what):
-    """One (expanded) step in the run dir; its combined output."""
-    return run(fill_all(step["argv"], params), float(step.get("timeout", 600)), f"{what} step {name}", cwd=params["rundir"])
+    """One (expanded) step in the run dir; its combined output. A client step runs on the host when
+    the job says so, with the host's run dir in place of the guest's."""
+    timeout = float(step.get("timeout", 600))
+    if step.get("client") and CONTROL is not None:
+        return CONTROL.run(fill_all(step["argv"], dict(params, rundir=CONTROL.rundir)), timeout, f"{what} step {name}")
+    return run(fill_all(step["argv"], params), timeout, f"{what} step {name}", cwd=params["rundir"])
 
 
 def run_steps(steps, params, what):
@@ -314,8 +374,12 @@ def start_server(spec, params):
 
 
 def main(job_path):
+    global CONTROL
     print("kpgo-agent: started", flush=True)  # the host tells boot failures from workload failures by this line
     job = json.load(open(job_path))
+    if job.get("sim_boot"):
+        # The simulator's first window has been open since power-on: the boot ends here.
+        subprocess.run([os.path.join(job.get("tools_dir", ""), "kpgo-window"), "close"], check=False)
     outdir = os.path.dirname(os.path.abspath(job_path))
     result = {"ok": False, "mode": job["mode"], "kernel": os.uname().release, "timings": {}, "runs": []}
     t0 = time.monotonic()
@@ -326,7 +390,10 @@ def main(job_path):
         wl = job["workload"]
         rundir = mount_tmpfs()
         result["env"] = private_home(rundir)
-        params = dict(wl["params"], rundir=rundir, tools=job.get("tools_dir", ""), cpus=os.cpu_count() or 1)
+        host_client = job.get("client", {}).get("where") == "host"
+        # {listen}: the servers' bind address; a host client arrives through the NIC, not loopback.
+        params = dict(wl["params"], rundir=rundir, tools=job.get("tools_dir", ""), cpus=os.cpu_count() or 1,
+                      listen="0.0.0.0" if host_client else "127.0.0.1")
         write_files(wl.get("files", []), params)
         run_steps(wl.get("setup", []), params, "setup")
         if wl.get("server"):
@@ -338,6 +405,9 @@ def main(job_path):
         t = time.monotonic()
         run_steps(wl.get("prepare", []), params, "prepare")
         result["timings"]["prepare"] = round(time.monotonic() - t, 2)
+        if host_client:
+            phase = "host client"
+            CONTROL = Control(job["client"])
         phase = "warm-up"
         t = time.monotonic()
         run_steps(wl.get("warmup", []), params, "warm-up")
@@ -374,6 +444,8 @@ def main(job_path):
         except Exception:
             pass
     finally:
+        if CONTROL is not None:
+            CONTROL.close()
         if server is not None and server.poll() is None:
             server.terminate()
             try:

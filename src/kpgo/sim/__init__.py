@@ -49,6 +49,9 @@ SETUP_HINT = "run `make setup` (or `.venv/bin/python -m kpgo.sim`)"
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
+BOOLS = ("warm", "boot")
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """The simulated L1 instruction cache and iTLB. The defaults are of the order of current x86
@@ -56,7 +59,8 @@ class SimConfig:
     itlb_page is the page size for user code, itlb_kpage for kernel code: 2 MiB by default,
     because x86-64 kernels map their text with 2 MiB pages (docs/SIM.md); itlb_kpage=4k models
     kernel code on 4 KiB pages. warm=True keeps simulating outside the windows (slower there) so
-    a window starts warm."""
+    a window starts warm. boot=True adds a window from power-on to the guest agent's start (firmware,
+    decompressor, kernel init, virtme's init: the cost of booting, on paths no workload profile sees)."""
 
     l1i_size: int = 32768
     l1i_assoc: int = 8
@@ -66,10 +70,13 @@ class SimConfig:
     itlb_page: int = 4096
     itlb_kpage: int = 2 << 20
     warm: bool = False
+    boot: bool = False
 
     def __post_init__(self) -> None:
-        if self.warm in (0, 1) and not isinstance(self.warm, bool):
-            object.__setattr__(self, "warm", bool(self.warm))  # --sim-opt warm=1 arrives as an int
+        for name in BOOLS:
+            v = getattr(self, name)
+            if v in (0, 1) and not isinstance(v, bool):
+                object.__setattr__(self, name, bool(v))  # --sim-opt warm=1 arrives as an int
         problem = self.problem()
         if problem:
             raise UserError(f"simulated cache: {problem}",
@@ -80,9 +87,9 @@ class SimConfig:
         """The first thing the plugin would refuse (it checks the same), or None."""
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "warm":
+            if f.name in BOOLS:
                 if not isinstance(v, bool):
-                    return f"warm must be true or false, not {v!r}"
+                    return f"{f.name} must be true or false, not {v!r}"
             elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 return f"{f.name} must be a positive integer, not {v!r}"
         for name in ("l1i_line", "itlb_page", "itlb_kpage"):
@@ -107,7 +114,7 @@ class SimConfig:
             key, sep, value = item.partition("=")
             if not sep or key not in known:
                 raise UserError(f"simulator setting '{item}' is not KEY=VALUE with a known KEY", f"keys: {', '.join(sorted(known))}")
-            if key == "warm":
+            if key in BOOLS:
                 values[key] = value.lower() in ("1", "true", "yes", "on")
                 continue
             m = re.fullmatch(r"([0-9]+)([kKmM]?)", value.strip())
@@ -122,8 +129,9 @@ class SimConfig:
         if "," in str(out):
             raise UserError(f"the simulator report path {out} contains a comma, which QEMU's option syntax splits on",
                             "use a run directory without commas")
-        args = [f"out={out}"] + [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name != "warm"]
+        args = [f"out={out}"] + [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in BOOLS]
         args.append(f"warm={'on' if self.warm else 'off'}")
+        args.append(f"always={'on' if self.boot else 'off'}")  # the plugin opens its first window at start-up
         return ",".join(args)
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from kpgo.errors import UserError
 
 STEP_KINDS = ("setup", "prepare", "warmup", "load")
-GUEST_VARS = ("rundir", "tools", "cpus")
+GUEST_VARS = ("rundir", "tools", "cpus", "listen")  # listen: the servers' bind address (0.0.0.0 with a host client)
+CLIENTS = ("guest", "host")
 AGGREGATES = ("hmean", "geomean", "mean", "sum")
 _FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
@@ -77,6 +78,8 @@ def validate(spec: dict[str, Any]) -> list[str]:
             if not step.get("name") or not isinstance(step.get("argv"), list) or not step["argv"]:
                 problems.append(f"{where}: needs name and argv")
                 continue
+            if step.get("client") and (kind not in ("warmup", "load") or "server" not in spec):
+                problems.append(f"{where}: client = true marks a warm-up or load step that drives the server (it may run on the host)")
             each = step.get("each")
             if each is not None and each not in spec["params"]:
                 problems.append(f"{where}: each = {each} is not a parameter")
@@ -118,9 +121,12 @@ def _coerce(name: str, key: str, old: Any, value: str, item: str) -> Any:
     if isinstance(old, bool):
         return value.lower() in ("1", "true", "yes", "on")
     try:
-        return type(old)(value)
+        new = type(old)(value)
     except ValueError:
         raise UserError(f"--set {item}: {key} of workload {name} takes a value of type {type(old).__name__}", f"its default is {old}") from None
+    if isinstance(new, (int, float)) and not new >= 0:  # counts, sizes, seconds and ports are never negative
+        raise UserError(f"--set {item}: {key} of workload {name} cannot be negative", f"its default is {old}")
+    return new
 
 
 def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -137,10 +143,20 @@ def parse_names(text: str) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def load_many(text: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
+def load_many(text: str, overrides: list[str] | None = None, client: str = "guest") -> list[dict[str, Any]]:
     """Workloads named by 'a,b' or 'all', each with the overrides that apply to it. A plain
-    KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one."""
+    KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one. `client`:
+    where the load generators run, for the workloads that have one (the others ignore it); a
+    host client is recorded in the spec as "client", so it is part of every key derived from it."""
+    if client not in CLIENTS:
+        raise UserError(f"--client {client}: unknown placement", f"choose from: {', '.join(CLIENTS)}")
     specs = [_raw(n) for n in parse_names(text)]  # parsed afresh: overrides never leak between calls
+    if client == "host":
+        from kpgo.client import has_client
+
+        for s in specs:
+            if has_client(s):
+                s["client"] = "host"
     for item in overrides or []:
         key, sep, value = item.partition("=")
         scope, dot, pkey = key.rpartition(".")

@@ -1,0 +1,89 @@
+"""Client placement (`--client host`): the load generator on the host, the server in the guest
+behind its virtio NIC. Unit checks of the plan and the QEMU command line here; the real guests in
+test_client_vm.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_line_error, kpgo
+from kpgo import client, vm, workloads
+from kpgo.errors import UserError
+
+NETWORK = ["apache", "memcached", "mysql", "nginx", "postgresql", "redis"]
+
+
+def test_only_network_workloads_take_a_host_client() -> None:
+    specs = {s["name"]: s for s in workloads.load_many("all", client="host")}
+    assert sorted(n for n, s in specs.items() if client.placement_of(s) == "host") == NETWORK
+    assert {client.placement_of(specs[n]) for n in ("micro", "leveldb", "rocksdb")} == {"none"}
+    for n in NETWORK:  # the client steps are the warm-up and the measured load, nothing else
+        s = specs[n]
+        assert all(st.get("client") for kind in ("warmup", "load") for st in s[kind])
+        assert not any(st.get("client") for kind in ("setup", "prepare") for st in s.get(kind, []))
+    # guest placement (the default) adds nothing to the spec, so keys derived from it stay as they were
+    assert "client" not in workloads.load("redis")
+
+
+def test_client_flag_only_on_steps_that_drive_the_server() -> None:
+    spec = workloads.load("redis")
+    spec["prepare"] = [{"name": "p", "argv": ["true"], "client": True}]
+    assert any("client = true" in p for p in workloads.validate(spec))
+    spec = workloads.load("micro")
+    spec["load"][0]["client"] = True
+    assert any("client = true" in p for p in workloads.validate(spec))
+
+
+def test_hostfwd_binds_127_0_0_1_only(tmp_path: Path) -> None:
+    wl = workloads.load_many("redis", ["port=6399"], "host")[0]
+    placement = client.plan(wl, None)
+    net = client.HostClient(wl, placement, tmp_path / "client", tmp_path / "client.log")
+    kernel = tmp_path / "bzImage"
+    kernel.write_bytes(b"")
+    argv = [str(a) for a in vm.vng_argv(kernel, "true", guest=vm.Guest(), accel="tcg", net=net)]
+    [opts] = [a for a in argv if a.startswith("--qemu-opts=") and "netdev" in a]
+    fwds = [f for f in opts.split(",") if f.startswith("hostfwd=")]
+    assert len(fwds) == 2  # the workload's port and the control connection
+    assert all(f.startswith("hostfwd=tcp:127.0.0.1:") for f in fwds), fwds
+    assert f"hostfwd=tcp:127.0.0.1:6399-{client.GUEST_ADDR}:6399" in fwds
+    assert "restrict=on" in opts and "virtio-net-pci" in opts
+    if len(os.sched_getaffinity(0)) >= 2:  # QEMU pinned to the cores the client leaves
+        cores = sorted(os.sched_getaffinity(0))
+        assert argv[:3] == ["taskset", "-c", ",".join(map(str, cores[:-1]))]
+        assert placement.client_cpus == (cores[-1],) and placement.vcpus == len(cores) - 1
+        assert argv[argv.index("--cpus") + 1] == str(len(cores) - 1)
+
+
+def test_guest_placement_keeps_the_command_line() -> None:
+    wl = workloads.load("redis")
+    assert client.plan(wl, None) == client.Placement("guest", 2)
+    assert client.plan(wl, 3).vcpus == 3
+    assert client.plan(workloads.load_many("redis", client="host")[0], 1).vcpus == 1  # --cpus wins
+
+
+def test_busy_host_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(UserError, match=f"port {port} on the host's 127.0.0.1 is in use"):
+            client.check_ports_free(workloads.load_many("redis", [f"port={port}"], "host")[0])
+        # the command refuses before any build or boot (the build dir need not even exist)
+        res = kpgo("collect", tmp_path / "nobuild", "--workload", "redis", "--client", "host", "--set", f"redis.port={port}", "-o", tmp_path / "p")
+    assert_one_line_error(res, 1, f"port {port} on the host's 127.0.0.1 is in use", f"--set redis.port=N")
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("port", ["0", "70000", str(client.CONTROL_PORT)])
+def test_unforwardable_port_is_refused(tmp_path: Path, port: str) -> None:
+    res = kpgo("collect", tmp_path / "nobuild", "--workload", "redis", "--client", "host", "--set", f"redis.port={port}", "-o", tmp_path / "p")
+    assert_one_line_error(res, 1, f"port {port} cannot be forwarded")
+
+
+def test_unknown_placement_is_refused(tmp_path: Path) -> None:
+    res = kpgo("collect", tmp_path / "nobuild", "--workload", "redis", "--client", "elsewhere", "-o", tmp_path / "p")
+    assert res.returncode == 2 and "invalid choice: 'elsewhere'" in res.stderr and "Traceback" not in res.stderr
