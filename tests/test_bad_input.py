@@ -56,7 +56,8 @@ def test_empty_profile_dir(tmp_path: Path) -> None:
 def test_unknown_workload_and_bad_set(tmp_path: Path) -> None:
     assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--workload", "nosuch"), 1, "unknown workload")
     assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--set", "clients=many"), 1, "clients of workload redis takes a value of type int")
-    assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--workload", "redis,nginx", "--set", "nginx.clients=2"), 1, "clients is not a parameter of nginx")
+    assert_one_line_error(kpgo("collect", tmp_path, "-o", tmp_path / "p", "--workload", "redis,nginx", "--set", "nginx.clients=2"),
+                          1, "clients is not a parameter of nginx")
 
 
 def test_collect_from_non_build(tmp_path: Path) -> None:

@@ -54,7 +54,8 @@ def test_tables_lead_with_simulated_figures_and_list_failures() -> None:
     assert "bad" not in res["workloads"]  # no baseline sample: no ratios
     g = res["sim_geomean"]["opt"]["kernel_insns_per_op"]
     assert g["ratio"] == pytest.approx(901 / 1001) and g["ci_high"] < 1
-    res |= {"failed": [{"kernel": "vanilla", "workload": "bad", "round": 0, "error": "workload bad failed in the guest (load)", "console_log": "/b/console.log"}],
+    res |= {"failed": [{"kernel": "vanilla", "workload": "bad", "round": 0, "error": "workload bad failed in the guest (load)",
+                        "console_log": "/b/console.log"}],
             "design": {"boots_per_kernel": 3, "runs_per_boot": 1, "order": "random", "seed": 1, "sequence": [{}] * 12},
             "measurement": {"accelerator": "tcg", "ops_methods": {"w": ["count"]}}, "note": "note"}
     text = bench.format_table(res)

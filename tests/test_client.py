@@ -74,7 +74,7 @@ def test_busy_host_port_is_a_clear_error(tmp_path: Path) -> None:
             client.check_ports_free(workloads.load_many("redis", [f"port={port}"], "host")[0])
         # the command refuses before any build or boot (the build dir need not even exist)
         res = kpgo("collect", tmp_path / "nobuild", "--workload", "redis", "--client", "host", "--set", f"redis.port={port}", "-o", tmp_path / "p")
-    assert_one_line_error(res, 1, f"port {port} on the host's 127.0.0.1 is in use", f"--set redis.port=N")
+    assert_one_line_error(res, 1, f"port {port} on the host's 127.0.0.1 is in use", "--set redis.port=N")
     assert not (tmp_path / "p").exists()
 
 

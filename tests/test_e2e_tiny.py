@@ -79,7 +79,8 @@ def test_bench_matrix_with_cross_study_and_sim(tiny_summary: dict, tiny_run: Pat
     assert res["workloads"]["redis"]["sim"]["vanilla"]["kernel_insn_share"]["mean"] > 0.5
     assert set(res["geomean"]) == {"optimized-redis", "optimized-micro"}
     for s in res["samples"]:
-        assert len(s["sim"]) == 1 and s["ops"][0] > 0 and (tiny_run / "bench" / "boots" / f"{s['round']:02d}-{s['workload']}-{s['kernel']}" / "console.log").is_file()
+        assert len(s["sim"]) == 1 and s["ops"][0] > 0 and (
+            tiny_run / "bench" / "boots" / f"{s['round']:02d}-{s['workload']}-{s['kernel']}" / "console.log").is_file()
     h = res["host"]
     assert h["accelerator"] in ("tcg", "kvm") and h["qemu"].startswith("QEMU") and h["gcc"] and h["cpu"]
     # No --sim was given: simulated counters are the default exactly under TCG, and then the headline.

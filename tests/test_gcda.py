@@ -12,10 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcov_fixtures import GccBuild, Profiles, gcda_files, gcc_build, profiles, value_profile  # noqa: F401
+from gcov_fixtures import GccBuild, Profiles, gcc_build, gcda_files, profiles, value_profile  # noqa: F401
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, GcovFormatError, counter_tag, layout_for_version, parse_gcda,
+    ARCS,
+    TAG_FUNCTION,
+    TAG_OBJECT_SUMMARY,
+    Gcda,
+    GcovFormatError,
+    counter_tag,
+    layout_for_version,
+    parse_gcda,
     version_text,
 )
 

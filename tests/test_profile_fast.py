@@ -15,14 +15,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gcov_fixtures import (  # noqa: F401
-    TAG_WORDS, Profiles, gcc_build, gcda_files, profiles, synth_gcda, value_profile, write_profile,
+    TAG_WORDS,
+    Profiles,
+    gcc_build,
+    gcda_files,
+    profiles,
+    synth_gcda,
+    value_profile,
+    write_profile,
 )
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, GcovFormatError, parse_gcda, summary_bytes
 from kpgo.gcov.image import gcda_rels, index_image, read_image
 from kpgo.gcov.merge import _merge_one, merge_profiles
 from kpgo.gcov.profile import fix_profile, iter_gcda, profile_stats
-
 
 # -- references: the per-file computations ------------------------------------------------------------------------
 

@@ -266,7 +266,8 @@ def test_bad_run_dir(tmp_path: Path, case: str) -> None:
 
 
 def test_interrupted_write_leaves_no_partial_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kpgo import atomic, report as rep
+    from kpgo import atomic
+    from kpgo import report as rep
     from kpgo.report import render
 
     run_dir = copy_run(DATA / DATASETS[0], tmp_path / "run")

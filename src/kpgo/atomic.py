@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from kpgo.errors import UserError
 
@@ -98,3 +100,27 @@ def output_dir(path: Path, *, replace: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def exclusive(directory: Path, what: str) -> Iterator[None]:
+    """One writer per directory: a second kpgo on the same run or bench directory is refused at once
+    (naming the first one's pid) instead of both writing. The lock is the kernel's (flock), so it dies
+    with its holder, however that ends; the file stays, and a later run takes it over."""
+    directory.mkdir(parents=True, exist_ok=True)
+    f = open(directory / ".kpgo.lock", "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise UserError(f"another kpgo (pid {holder}) is using the {what} {directory}",
+                            "wait for it to finish, or choose another directory") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()

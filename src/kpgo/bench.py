@@ -88,7 +88,8 @@ def parse_kernel_arg(text: str) -> Kernel:
         path, label = text, Path(text).name
     if not vm.SHAREABLE.fullmatch(label) or "/" in label or label.strip() != label or not label:
         # The label names each boot's directory, which virtme-ng shares with the guest.
-        raise UserError(f"--kernel {text}: the label {label!r} is not a name of letters, digits and _ + . -", "write --kernel LABEL=BUILD_DIR, e.g. --kernel pgo=builds/optimized")
+        raise UserError(f"--kernel {text}: the label {label!r} is not a name of letters, digits and _ + . -",
+                        "write --kernel LABEL=BUILD_DIR, e.g. --kernel pgo=builds/optimized")
     return Kernel(label, Path(path).resolve())
 
 
@@ -252,7 +253,8 @@ def bench(
                         "headline": "simulated" if sim is not None else "wall-clock",
                         "placement": {w: next((s["placement"] for s in samples if s["workload"] == w and s.get("placement")), None) for w in names},
                         "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
-        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"], "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
+        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"],
+                              "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
         "host": host_facts(accel),
         "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }
@@ -287,12 +289,14 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
         if base not in labels:
             continue
         b = [s["mean"] for s in by_cell[(base, n)]]
-        rows, simrows = [], {}
+        rows: list[dict[str, Any]] = []
+        simrows: dict[str, dict[str, dict[str, Any]]] = {}
         for label in labels:
             o = [s["mean"] for s in by_cell[(label, n)]]
             pair = (b, o) if w["higher_is_better"] else (o, b)
             r, lo, hi = stats.ratio_ci(*pair)
-            rows.append({"kernel": label, **stats.describe(o), "ratio": r, "speedup": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)})
+            rows.append({"kernel": label, **stats.describe(o), "ratio": r, "speedup": r, "ci_low": lo, "ci_high": hi,
+                         "ci_includes_1": stats.includes_one(lo, hi)})
             if label != base:
                 pairs.setdefault(label, []).append(pair)
                 geo_names.setdefault(label, []).append(n)
@@ -447,7 +451,8 @@ def format_table(results: dict) -> str:
     if results.get("sim_boot"):
         lines += ["", f"boot, power-on to the agent (simulated, kernel mode; every boot of a kernel pooled; ×ratio to {base})"]
         for label, b in results["sim_boot"].items():
-            cells = [f"{c.replace('_', ' ')} {b[c]['mean'] / 1e6:,.1f} M" + ("" if label == base else f" ×{b[c]['ratio']:.3f} {format_ci(b[c]['ci_low'], b[c]['ci_high'])}{'*' if b[c]['ci_includes_1'] else ''}")
+            cells = [f"{c.replace('_', ' ')} {b[c]['mean'] / 1e6:,.1f} M"
+                     + ("" if label == base else f" ×{b[c]['ratio']:.3f} {format_ci(b[c]['ci_low'], b[c]['ci_high'])}{'*' if b[c]['ci_includes_1'] else ''}")
                      for c in BOOT_COUNTS]
             lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  ({b['insns']['n']} boots)")
     if results.get("failed"):

@@ -10,7 +10,8 @@ import math
 import os
 import re
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from kpgo import __version__
 from kpgo.errors import KpgoError, UserError

@@ -59,10 +59,15 @@ def run(opts: RunOptions) -> dict:
         raise UserError(f"unknown study {', '.join(unknown)}", f"studies of a run: {', '.join(STUDIES)}")
     if opts.studies and len(names) < 2:
         raise UserError(f"the {' and '.join(opts.studies)} study needs two or more workloads", "pass --workload a,b[,...]")
-    rd.mkdir(parents=True, exist_ok=True)  # only once the request is known to be sound
+    with atomic.exclusive(rd, "run directory"):  # created only once the request is known to be sound
+        return _run(opts, rd, spec, src, names, t_start, phases)
+
+
+def _run(opts: RunOptions, rd: Path, spec: kconfig.ConfigSpec, src: source.KernelSource, names: list[str],
+         t_start: float, phases: dict[str, float]) -> dict:
     say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(names)}, in {rd}")
 
-    def timed(name: str, fn):  # type: ignore[no-untyped-def]
+    def timed(name: str, fn):
         t = time.monotonic()
         value = fn()
         phases[name] = round(time.monotonic() - t, 1)
@@ -76,14 +81,14 @@ def run(opts: RunOptions) -> dict:
     instr = timed("build instrumented", lambda: kbuild.build(req("instrumented", "instrumented")))
     profiles: dict[str, tuple[dict, dict]] = {}
     for wl in opts.workloads:
-        prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))
-        pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))
+        prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
+        pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl["name"]] = (prof, pstats)
-    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}
+    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}  # noqa: B023 -- timed() calls the lambda at once
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
-            timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))
-            opt[label] = timed(f"build {label}", lambda: kbuild.build(req("optimized", label, rd / "profiles" / label)))
+            timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))  # noqa: B023 -- timed() calls the lambda at once
+            opt[label] = timed(f"build {label}", lambda: kbuild.build(req("optimized", label, rd / "profiles" / label)))  # noqa: B023 -- timed() calls the lambda at once
     van = timed("build vanilla", lambda: kbuild.build(req("vanilla", "vanilla")))
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
@@ -273,7 +278,8 @@ def markdown(s: dict, results: dict) -> str:
             f"Proof that GCC used the profile: read in **{pr['objects_used']} of {pr['objects_nonempty']}** objects with a non-empty "
             f"profile (**{pr['ratio']:.1%}**, threshold {pr['threshold']:.0%}); functions with counts read: {pr['functions_read']}, "
             f"functions where GCC gave up: {pr['functions_giving_up']}. Method: {pr['method']}."
-            + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}." if pr.get("profiled_but_not_built") else ""),
+            + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}."
+               if pr.get("profiled_but_not_built") else ""),
             "",
         ]
     lines += ["## Bench", "", "```", bench.format_table(results), "```", ""]

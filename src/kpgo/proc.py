@@ -14,9 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from kpgo.errors import InfraError, UserError
 
@@ -79,7 +79,7 @@ class Result:
 
 
 def run(
-    argv: Sequence[str],
+    argv: Sequence[object],  # each item goes through str() (paths, numbers)
     *,
     log: Path | None = None,
     cwd: Path | None = None,
@@ -93,23 +93,23 @@ def run(
     """Run argv; stream its combined output to `log` and `on_line`; return its Result.
 
     check=True turns a non-zero exit or a timeout into an InfraError naming `what` and the log."""
-    argv = [str(a) for a in argv]
-    _need_program(argv[0])
+    cmd = [str(a) for a in argv]
+    _need_program(cmd[0])
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     if verbose():
-        print(f"+ {' '.join(argv)}", file=sys.stderr)
+        print(f"+ {' '.join(cmd)}", file=sys.stderr)
     logf = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         logf = open(log, "a", buffering=1, errors="replace")
-        logf.write(f"\n$ {' '.join(argv)}\n")
+        logf.write(f"\n$ {' '.join(cmd)}\n")
     start = time.monotonic()
     chunks: list[str] = []
     timed_out = False
     p = subprocess.Popen(
-        argv,
+        cmd,
         cwd=cwd,
         env=full_env,
         stdin=subprocess.DEVNULL,
@@ -119,6 +119,7 @@ def run(
         errors="replace",
         start_new_session=True,  # own process group: a timeout kills children too
     )
+    reaper = _Reaper(p.pid)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:  # a thread, so a partial line without newline never blocks the timeout
@@ -156,16 +157,42 @@ def run(
         _kill_group(p)
         raise
     finally:
+        reaper.release()
         if logf:
             logf.close()
-    res = Result(argv, p.returncode if not timed_out else -1, "".join(chunks), time.monotonic() - start, timed_out)
+    res = Result(cmd, p.returncode if not timed_out else -1, "".join(chunks), time.monotonic() - start, timed_out)
     if check and (timed_out or res.returncode != 0):
-        name = what or Path(argv[0]).name
+        name = what or Path(cmd[0]).name
         where = f"; log: {log}" if log else ""
         if timed_out:
             raise InfraError(f"{name} did not finish within {timeout:.0f} s and was killed{where}")
         raise InfraError(f"{name} failed with exit status {res.returncode}{where}")
     return res
+
+
+class _Reaper:
+    """Ties a child's process group to this process's life. The group has its own session (so a timeout
+    can kill it whole), which also means nothing kills it when kpgo itself is killed (SIGKILL, OOM): a
+    QEMU or make would run on alone. A tiny shell in a session of its own holds the read end of a pipe
+    only this process can write; when this process dies the kernel closes the pipe, the shell reads EOF
+    and kills the group. A normal end writes "done" first, and the shell leaves the group alone."""
+
+    def __init__(self, pgid: int) -> None:
+        r, self._w = os.pipe()  # not inherited by other children (Python's pipes are close-on-exec)
+        try:
+            self._dog = subprocess.Popen(
+                ["sh", "-c", 'read -r x; [ "$x" = done ] || kill -KILL "-$1" 2>/dev/null', "kpgo-reaper", str(pgid)],
+                stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        finally:
+            os.close(r)
+
+    def release(self) -> None:
+        try:
+            os.write(self._w, b"done\n")
+        finally:
+            os.close(self._w)
+        self._dog.wait()
 
 
 def _kill_group(p: subprocess.Popen[str]) -> None:
@@ -181,18 +208,18 @@ def _kill_group(p: subprocess.Popen[str]) -> None:
             continue
 
 
-def capture(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
+def capture(argv: Sequence[object], *, cwd: Path | None = None, timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
     """Run a short query command and return its stdout (errors become InfraError); `env` adds to the environment."""
-    argv = [str(a) for a in argv]
-    _need_program(argv[0])
+    cmd = [str(a) for a in argv]
+    _need_program(cmd[0])
     if verbose():
-        print(f"+ {' '.join(argv)}", file=sys.stderr)
+        print(f"+ {' '.join(cmd)}", file=sys.stderr)
     try:
-        cp = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        cp = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                             env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
-        raise InfraError(f"{Path(argv[0]).name} did not answer within {timeout:.0f} s") from None
+        raise InfraError(f"{Path(cmd[0]).name} did not answer within {timeout:.0f} s") from None
     if cp.returncode != 0:
         msg = (cp.stderr.strip().splitlines() or [""])[-1]
-        raise InfraError(f"{' '.join(argv[:3])} failed: {msg}")
+        raise InfraError(f"{' '.join(cmd[:3])} failed: {msg}")
     return cp.stdout

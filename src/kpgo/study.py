@@ -33,7 +33,7 @@ def load_run(run_dir: Path) -> dict:
     return run
 
 
-def _builder(run: dict, run_dir: Path):  # type: ignore[no-untyped-def]
+def _builder(run: dict, run_dir: Path):
     r = run["request"]
     spec = kconfig.resolve(r["base"], Path(r["config"]) if r["config"] else None, [Path(f) for f in r["fragment"]])
     src = source.resolve(Path(r["source"]) if r["source"] else None)
@@ -68,7 +68,8 @@ def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: v
         pipeline.fix_cached(out / "profiles", instr, wl, prof)
         build("optimized", f"optimized-{wl['name']}", out / "profiles" / wl["name"])
     build("vanilla", "vanilla")
-    kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [bench.Kernel(f"optimized-{w['name']}", run_dir / "builds" / f"optimized-{w['name']}") for w in specs]
+    kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [
+        bench.Kernel(f"optimized-{w['name']}", run_dir / "builds" / f"optimized-{w['name']}") for w in specs]
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim)
 
 

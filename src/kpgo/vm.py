@@ -182,6 +182,7 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
         if sim.boot and windows:
             result["sim_boot"] = windows.pop(0)  # power-on to the agent's start
         if len(windows) != len(result["runs"]):
-            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result['runs'])} measured run(s)", f"report: {report}; console log: {log}")
+            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result['runs'])} measured run(s)",
+                             f"report: {report}; console log: {log}")
         result["sim"] = windows
     return result

@@ -166,7 +166,7 @@ def _model_part(notes: Any, file0: int) -> dict[str, Any]:
     fb_col: list[int] = []
     fb_val: list[int] = []
     unsolved = 0
-    use_of_arc = {}
+    use_of_arc: dict[int, int] = {}
     for f in np.flatnonzero(~tree_fn).tolist():
         a, b = int(notes.arc_first[f]), int(notes.arc_first[f + 1])
         fn = GcnoFunction(ident=int(notes.ident[f]), lineno_checksum=0, cfg_checksum=0, name=None, source=None,

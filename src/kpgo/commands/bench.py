@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulated L1i/iTLB misses, kernel and user, per operation. Everything goes to OUT/results.json; finished "
         "boots in OUT are reused.",
     )
-    p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR", help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
+    p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR",
+                   help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
     p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench); finished boots in it are reused")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
     add_design_options(p)

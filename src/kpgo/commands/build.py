@@ -27,9 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kpgo.kernel import kbuild, kconfig, source
-
     from kpgo.errors import UserError
+    from kpgo.kernel import kbuild, kconfig, source
 
     kbuild.check_request(args.variant, args.profile)
     kcflags = tuple(args.kcflags.split())

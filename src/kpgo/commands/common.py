@@ -9,7 +9,8 @@ from pathlib import Path
 
 def add_kernel_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kernel")
-    g.add_argument("--source", type=Path, metavar="PATH", help="kernel tree or linux-*.tar.* (default: Debian's /usr/src/linux-source-6.12.tar.xz, extracted once into the cache)")
+    g.add_argument("--source", type=Path, metavar="PATH",
+                   help="kernel tree or linux-*.tar.* (default: Debian's /usr/src/linux-source-6.12.tar.xz, extracted once into the cache)")
     g.add_argument("--base", metavar="NAME", default=None, help="built-in base config: server (default) or tiny")
     g.add_argument("--config", type=Path, metavar="FILE", help="start from this .config instead of a built-in base")
     g.add_argument("--fragment", type=Path, action="append", default=[], metavar="FILE", help="config fragment merged on top (repeatable)")
@@ -39,10 +40,8 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 def chosen_workloads(args: argparse.Namespace) -> list[dict]:
     """The --workload list with --set applied; fails before any boot if a package is missing."""
-    from kpgo import workloads
+    from kpgo import client, workloads
     from kpgo.workloads import install
-
-    from kpgo import client
 
     specs = workloads.load_many(args.workload, args.set, getattr(args, "client", "guest"))
     install.require(specs)
@@ -54,7 +53,6 @@ def chosen_workloads(args: argparse.Namespace) -> list[dict]:
 
 def guest_from(args: argparse.Namespace):  # -> vm.Guest
     from kpgo import vm
-
     from kpgo.errors import UserError
 
     if (args.cpus is not None and args.cpus < 1) or args.guest_timeout <= 0:
@@ -74,7 +72,9 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
                    "plugin (docs/SIM.md); default: on when guests run under TCG (no working KVM), where they are the headline, "
                    "off under KVM; --no-sim turns them off")
     g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, itlb_kpage=4k (default 2M: kernel text on huge pages), boot=on (one more window from power-on to the guest agent: the cost of booting); repeatable")
+                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, "
+                   "itlb_kpage=4k (default 2M: kernel text on huge pages), boot=on (one more window from power-on to the guest agent: "
+                   "the cost of booting); repeatable")
 
 
 def design_from(args: argparse.Namespace):  # -> bench.Design

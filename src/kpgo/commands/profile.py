@@ -116,9 +116,8 @@ def run_fix(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     _quiet_numpy()
-    from kpgo.gcov.merge import merge_profiles, parse_weights
-
     from kpgo.errors import UserError
+    from kpgo.gcov.merge import merge_profiles, parse_weights
 
     weights = parse_weights(args.weights, len(args.dirs))
     seen = [d.resolve() for d in args.dirs]
@@ -160,7 +159,6 @@ def run_check(args: argparse.Namespace) -> int:
 def run_compare(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.analysis.characterize import compare_profiles
-
     from kpgo.errors import UserError
 
     names = args.names.split(",") if args.names else None

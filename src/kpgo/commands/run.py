@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from kpgo.commands.common import (
-    add_design_options, add_guest_options, add_kernel_options, add_workload_options, chosen_workloads, design_from, guest_from, sim_from,
+    add_design_options,
+    add_guest_options,
+    add_kernel_options,
+    add_workload_options,
+    chosen_workloads,
+    design_from,
+    guest_from,
+    sim_from,
 )
 
 # The options `kpgo study` needs to extend a run exactly as it was started (kept in run.json "request").

@@ -91,6 +91,7 @@ def solve_function(fn: GcnoFunction) -> list[Expr] | None:
             else:
                 continue
         c = count[b]
+        assert c is not None  # set above, or the loop continued
         if unk_out[b] == 1:
             a = next(x for x in outs[b] if expr[x] is None)
             e = dict(c)

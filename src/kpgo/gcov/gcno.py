@@ -22,9 +22,10 @@ API
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Literal
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class Gcno:
 class _Reader:
     def __init__(self, data: bytes, order: str, name: str, layout: Layout) -> None:
         self.data = data
-        self.bo = "little" if order == "<" else "big"
+        self.bo: Literal["little", "big"] = "little" if order == "<" else "big"
         self.name = name
         self.layout = layout
 
@@ -99,7 +100,7 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
     if len(data) < 12:
         raise GcovFormatError(name, "truncated header" if data else "empty file")
     order = byte_order(data[:4], name, "gcno")
-    bo = "little" if order == "<" else "big"
+    bo: Literal["little", "big"] = "little" if order == "<" else "big"
     version = int.from_bytes(data[4:8], bo)
     layout = layout_for_version(version, name)
     r = _Reader(data, order, name, layout)
@@ -161,7 +162,8 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
             src.append(np.full((nw - 1) // 2, w[0], dtype=np.int64))
             dst.append(w[1::2])
             flg.append(w[2::2])
-        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
+        def cat(xs: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)
         fn = GcnoFunction(
             ident=info["ident"], lineno_checksum=info["lcs"], cfg_checksum=info["ccs"], name=info["name"],
             source=info["source"], start_line=info["line"], n_blocks=info["blocks"],
@@ -385,6 +387,7 @@ def _batch_table(datas: list[bytes], paths: list[str], names: list[str], errors:
         np.cumsum(acount, out=afirst[1:])
     for b, name in enumerate(names):
         if good[b]:
+            assert fld is not None  # good[b] is only set by _scan, which also returned fld
             a, z = int(ffirst[b]), int(ffirst[b + 1])
             parts["ident"].append(fld["ident"][a:z])
             parts["lcs"].append(fld["lcs"][a:z])

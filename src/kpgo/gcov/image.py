@@ -34,8 +34,17 @@ import numpy as np
 
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    _LAYOUTS, ARCS, GCDA_MAGIC, TAG_COUNTER_BASE, TAG_FUNCTION, TAG_OBJECT_SUMMARY, TAG_PROGRAM_SUMMARY, Layout, _ranges,
-    counter_tag, gcc_major,
+    _LAYOUTS,
+    ARCS,
+    GCDA_MAGIC,
+    TAG_COUNTER_BASE,
+    TAG_FUNCTION,
+    TAG_OBJECT_SUMMARY,
+    TAG_PROGRAM_SUMMARY,
+    Layout,
+    _ranges,
+    counter_tag,
+    gcc_major,
 )
 
 _LITTLE = sys.byteorder == "little"

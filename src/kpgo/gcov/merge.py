@@ -26,19 +26,33 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    ARCS, TAG_FUNCTION, TAG_OBJECT_SUMMARY, Gcda, counter_kind, parse_gcda,
+    ARCS,
+    TAG_FUNCTION,
+    TAG_OBJECT_SUMMARY,
+    Gcda,
+    counter_kind,
+    parse_gcda,
     summary_bytes,
 )
 from kpgo.gcov.image import (
-    ARCS_TAG, Image, Index, counter_values, fixed_pieces, index_image, read_file, read_image, summaries_by_file,
+    ARCS_TAG,
+    Image,
+    Index,
+    counter_values,
+    fixed_pieces,
+    index_image,
+    read_file,
+    read_image,
+    summaries_by_file,
     summary_record,
 )
 from kpgo.gcov.profile import GCOV_MAX, MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
@@ -429,8 +443,8 @@ def merge_profiles(
     out_totals = [0] * len(dirs)
     global_max = 0
     for rel in slow_rels:
-        g, data, top, arc_totals = _merge_one(rel, dirs, present, factors, strict)
-        merged[rel] = (g, data)
+        gcda, data, top, arc_totals = _merge_one(rel, dirs, present, factors, strict)
+        merged[rel] = (gcda, data)
         global_max = max(global_max, top)
         for i, s in arc_totals:
             out_totals[i] += s
@@ -472,7 +486,7 @@ def merge_profiles(
     }
     summaries = {u: summary_record(u, total_runs, sum_max) for u in (1, 4)}
     drop = summaries_by_file(t)
-    buf = memoryview(out_words.view(np.uint8))
+    buf = memoryview(out_words.view(np.uint8))  # type: ignore[arg-type]  # numpy declares __buffer__ only for Python >= 3.12
 
     def items() -> Iterator[tuple[str, Any]]:
         for rel in rels:

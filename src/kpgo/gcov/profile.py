@@ -21,18 +21,34 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, Union
+from typing import Any
 
 import numpy as np
 
 from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
-    ARCS, DAMAGED_HINT, TAG_FUNCTION, Gcda, GcovFormatError, gcc_major, parse_gcda, summary_bytes, version_text,
+    ARCS,
+    DAMAGED_HINT,
+    TAG_FUNCTION,
+    Gcda,
+    GcovFormatError,
+    gcc_major,
+    parse_gcda,
+    summary_bytes,
+    version_text,
 )
 from kpgo.gcov.image import (
-    ARCS_TAG, Index, counter_values, fixed_pieces, gcda_rels, index_image, read_image, summaries_by_file,
+    ARCS_TAG,
+    Index,
+    counter_values,
+    fixed_pieces,
+    gcda_rels,
+    index_image,
+    read_image,
+    summaries_by_file,
     summary_record,
 )
 
@@ -158,7 +174,7 @@ def profile_stats(src: Path) -> dict[str, Any]:
     }
 
 
-Data = Union[bytes, bytearray, memoryview, Sequence[Union[bytes, memoryview]]]
+Data = bytes | bytearray | memoryview | Sequence[bytes | memoryview]
 
 
 def write_tree(tmp: Path, items: Iterable[tuple[Path | str, Data]]) -> int:

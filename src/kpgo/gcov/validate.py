@@ -17,7 +17,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
 from kpgo.gcov.gcno import Gcno, parse_gcno

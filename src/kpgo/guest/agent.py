@@ -297,7 +297,7 @@ class Control:
         print("kpgo-agent: control ready", flush=True)  # the host connects on this line
         try:
             conn, _ = server.accept()
-        except socket.timeout:
+        except socket.timeout:  # noqa: UP041 -- the guest's python3 may predate 3.10, where this is not yet TimeoutError
             raise Failure("the host client did not connect to the control port within 120 s") from None
         finally:
             server.close()

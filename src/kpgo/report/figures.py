@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 DPI = 100
 
@@ -21,7 +22,7 @@ class Cell:
     star: bool = False
 
     @classmethod
-    def of(cls, row: dict[str, Any] | None, key: str = "ratio") -> "Cell | None":
+    def of(cls, row: dict[str, Any] | None, key: str = "ratio") -> Cell | None:
         """From a results.json row (summary, sim metric or geomean); None when it has no value."""
         if not row or row.get(key) is None:
             return None

@@ -40,7 +40,7 @@ class RunData:
         return self.run_dir / "builds" / label
 
     def workload_names(self) -> list[str]:
-        names = list(((self.results or {}).get("workloads") or {}))
+        names = list((self.results or {}).get("workloads") or {})
         return names + [n for n in ((self.run or {}).get("workloads") or {}) if n not in names]
 
 

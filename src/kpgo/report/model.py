@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Figure:
     png: bytes
 
 
-Block = Union[str, Table, Figure]  # a str is a paragraph
+Block = str | Table | Figure  # a str is a paragraph
 
 
 @dataclass

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kpgo.report import figures, measure
 from kpgo.report import model as m
@@ -205,11 +206,13 @@ def headline(ctx: Context) -> Section | Skipped:
                                  f"workload relative to {base}, and their geometric mean (bars start at 1.0; < 1 = fewer; whiskers: "
                                  f"95% CI; * the CI includes 1.0). {how}",
                                  f"Bar charts: kernel instructions, L1i misses and taken branches per operation relative to {base} (simulated)",
-                                 figures.bar_panels(panels, groups, ["app-specific"], title=f"App-specific kernel relative to {base}, per operation (simulated)",
+                                 figures.bar_panels(panels, groups, ["app-specific"],
+                                                    title=f"App-specific kernel relative to {base}, per operation (simulated)",
                                                     ylabel=f"ratio to {base}")))
         data["work"] = {"metric": "simulated", "geomean": geo, "workloads": {n: {k: o.get(k) for k, _ in HEADLINE_SIM} for n, o in own.items() if o}}
         metric_key, metric_label = HEADLINE_SIM[0]
-        per_boot = {(x["workload"], "vanilla" if x["kernel"] == base else "app-specific"): [] for x in res.get("samples", [])}
+        per_boot: dict[tuple[str, str], list[float]] = {
+            (x["workload"], "vanilla" if x["kernel"] == base else "app-specific"): [] for x in res.get("samples", [])}
         for x in res.get("samples", []):
             if (x["kernel"] == base or x["kernel"] == f"optimized-{x['workload']}") and metric_key in (x.get("sim_per_op") or {}):
                 per_boot[(x["workload"], "vanilla" if x["kernel"] == base else "app-specific")].append(x["sim_per_op"][metric_key])
@@ -407,7 +410,7 @@ def universal(ctx: Context) -> Section | Skipped:
         rows = []
         per: dict[str, Any] = {}
         for wl in res["workloads"]:
-            picks = {"app-specific": _metric_cell(res, wl, f"optimized-{wl}", mt)} | {u: _metric_cell(res, wl, u, mt) for u in unis}
+            picks: dict[str, Any] = {"app-specific": _metric_cell(res, wl, f"optimized-{wl}", mt)} | {u: _metric_cell(res, wl, u, mt) for u in unis}
             if not any(picks.values()):
                 continue
             # Universal-norm against app-specific directly: the gap the published work left (points of the ratio).
@@ -703,7 +706,8 @@ def code_size(ctx: Context) -> Section | Skipped:
             "Code size of every build in bytes. Measured: static sizes of the build, no run involved. Functions: "
             "the sizes of vmlinux's function symbols summed (`nm -S`: t/T, and weak W/w in code sections; aliases at "
             "one address counted once). Text span: the part of vmlinux's .text in use, from _stext to the end of the "
-            "last function below the entry text (which starts at the next 2 MiB boundary). Objects' .text*, .text.hot, .text.unlikely: those sections summed over the objects "
+            "last function below the entry text (which starts at the next 2 MiB boundary). "
+            "Objects' .text*, .text.hot, .text.unlikely: those sections summed over the objects "
             "linked into vmlinux (.text* includes the other two; the linker folds them all into vmlinux's .text). "
             "bzImage: the compressed bootable image. .text section (padded): the size of vmlinux's .text section, "
             "which the x86-64 linker script pads to a 2 MiB boundary (so is _etext): for reference only, it is not "

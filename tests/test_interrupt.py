@@ -1,0 +1,58 @@
+"""Interruption: nothing kpgo starts outlives it, and one run directory has one writer."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import assert_one_line_error, kpgo
+
+
+def _pids(pattern: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+
+def test_children_die_with_a_killed_kpgo() -> None:
+    """SIGKILL of the process that called proc.run (no handler can run) still ends the child's whole group,
+    grandchildren included (a QEMU under vng, the compilers under make)."""
+    code = "from kpgo import proc; proc.run(['sh', '-c', 'sleep 171 & sleep 171'], check=False)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 20
+    while len(_pids("^sleep 171")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_pids("^sleep 171")) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while _pids("^sleep 171") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _pids("^sleep 171"), "a child outlived kpgo"
+    assert not _pids("kpgo-reaper")
+
+
+def test_a_normal_end_leaves_no_reaper() -> None:
+    from kpgo import proc
+
+    assert proc.run(["true"]).returncode == 0
+    assert not _pids("kpgo-reaper")
+
+
+def test_second_run_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    """The first holds the run directory's lock (here a stand-in holder, so no kernel is built); the second
+    kpgo run is refused at once, naming the holder, and writes nothing."""
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from kpgo import atomic\n"
+                               f"with atomic.exclusive(Path({str(run_dir)!r}), 'run directory'):\n    print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = sorted(p.name for p in run_dir.iterdir())
+        res = kpgo("run", "--base", "tiny", "--workload", "redis", "--dir", run_dir)
+        assert_one_line_error(res, 1, f"another kpgo (pid {holder.pid}) is using the run directory", "wait for it")
+        assert sorted(p.name for p in run_dir.iterdir()) == before
+    finally:
+        holder.kill()
+        holder.wait()
