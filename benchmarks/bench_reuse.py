@@ -44,17 +44,16 @@ def main() -> int:
     (cache / "src").symlink_to((usual / "src").resolve())
     os.environ["KPGO_CACHE"] = str(cache)  # an empty ccache (cache/ccache), the same extracted source
 
-    from kpgo.kernel import kbuild, kconfig, source
+    from kpgo import pipeline
+    from kpgo.kernel import kbuild
 
-    r = run["request"]
-
-    spec = kconfig.resolve(r["base"], Path(r["config"]) if r["config"] else None, [Path(f) for f in r["fragment"]])
-    src = source.resolve(Path(r["source"]) if r["source"] else None)
+    opts = pipeline.RunOptions.from_json(run["request"], args.run_dir)
+    spec, src = opts.kernel()
     rows = []
     last = None
     for n in names:
         t = time.monotonic()
-        m = kbuild.build(kbuild.BuildRequest(src, spec, "optimized", out / f"optimized-{n}", args.run_dir / "profiles" / n, int(r["jobs"])))
+        m = kbuild.build(kbuild.BuildRequest(src, spec, "optimized", out / f"optimized-{n}", args.run_dir / "profiles" / n, opts.jobs))
         secs = time.monotonic() - t
         reuse = m.get("reuse") or {}
         rows.append((n, secs, m["objects_compiled"], reuse.get("objects_all_zero_profile"), reuse.get("reused"), reuse.get("cache_misses"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,8 +12,19 @@ from pathlib import Path
 from conftest import assert_one_line_error, kpgo
 
 
-def _pids(pattern: str) -> list[str]:
-    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+def _pids(pattern: str, parent: int | None = None) -> list[str]:
+    """Processes whose command line matches; with parent, only that process's children (another kpgo may
+    be running on the machine, with reapers of its own)."""
+    argv = ["pgrep", "-f", pattern] + (["-P", str(parent)] if parent else [])
+    return subprocess.run(argv, capture_output=True, text=True).stdout.split()
+
+
+def _gone(pid: str) -> bool:
+    """Exited (a zombie waiting for its new parent to reap it counts as exited)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
 
 
 def test_children_die_with_a_killed_kpgo() -> None:
@@ -24,20 +36,21 @@ def test_children_die_with_a_killed_kpgo() -> None:
     while len(_pids("^sleep 171")) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(_pids("^sleep 171")) == 2
+    [reaper] = _pids("kpgo-reaper", parent=parent.pid)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 5
     while _pids("^sleep 171") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _pids("^sleep 171"), "a child outlived kpgo"
-    assert not _pids("kpgo-reaper")
+    assert _gone(reaper), "the reaper outlived its work"
 
 
 def test_a_normal_end_leaves_no_reaper() -> None:
     from kpgo import proc
 
     assert proc.run(["true"]).returncode == 0
-    assert not _pids("kpgo-reaper")
+    assert not _pids("kpgo-reaper", parent=os.getpid())
 
 
 def test_second_run_on_the_same_directory_is_refused(tmp_path: Path) -> None:

@@ -46,6 +46,30 @@ def test_validate_catches_mistakes() -> None:
     assert "{no_such_param} is not a parameter" in problems and "no (?P<value>...) group" in problems
 
 
+def test_validate_catches_unknown_keys_and_types() -> None:
+    wl = workloads.load("redis")
+    wl["warmpu"] = wl.pop("warmup")  # a typo would have skipped the warm-up silently
+    wl["load"][0]["timout"] = 60
+    wl["server"]["ready_timeout"] = "soon"
+    problems = workloads.validate(wl)
+    assert "the file: unknown key 'warmpu'" in problems[0]
+    assert any("load step 1: unknown key 'timout'" in p for p in problems)
+    assert any("server: ready_timeout should be of type number" in p for p in problems)
+
+
+def test_a_bad_workload_file_is_refused_when_it_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation runs on every load (not only in these tests): the command stops with one line naming the file."""
+    (tmp_path / "redis.toml").write_text((workloads._dir() / "redis.toml").read_text().replace("[[warmup]]", "[[warmpu]]"))
+    (tmp_path / "broken.toml").write_text("name = \"broken\"\nparams = {")
+    monkeypatch.setattr(workloads, "_dir", lambda: tmp_path)
+    with pytest.raises(UserError) as e:
+        workloads.load("redis")
+    assert "redis.toml: the file: unknown key 'warmpu'" in e.value.message and "docs/WORKLOADS.md" in e.value.hint
+    with pytest.raises(UserError) as e:
+        workloads.load("broken")
+    assert "is not valid TOML" in e.value.message
+
+
 def test_overrides_plain_scoped_and_typed() -> None:
     specs = workloads.load_many("redis,nginx", ["port=7000", "redis.clients=8", "nginx.duration=5"])
     redis, nginx = specs

@@ -102,13 +102,29 @@ def output_dir(path: Path, *, replace: bool = False) -> Iterator[Path]:
         raise
 
 
+LOCK = ".kpgo.lock"
+
+
+def check_resumable(directory: Path, what: str, marks: Sequence[str], option: str) -> None:
+    """A directory kpgo fills step by step and resumes (a run, a bench): refuse a file, or a directory that
+    holds something else (no lock and none of its own files), before any work, instead of building into it."""
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{what} {directory} is a file", f"choose another {option}")
+    if directory.is_dir():
+        entries = {e.name for e in directory.iterdir()}
+        if entries and not entries & {LOCK, *marks}:
+            raise UserError(f"{directory} is not a kpgo {what} (it holds other files: {', '.join(sorted(entries)[:3])})",
+                            f"choose an empty or new {option}, or one kpgo wrote before")
+    check_writable(directory, what, option)
+
+
 @contextlib.contextmanager
 def exclusive(directory: Path, what: str) -> Iterator[None]:
     """One writer per directory: a second kpgo on the same run or bench directory is refused at once
     (naming the first one's pid) instead of both writing. The lock is the kernel's (flock), so it dies
     with its holder, however that ends; the file stays, and a later run takes it over."""
     directory.mkdir(parents=True, exist_ok=True)
-    f = open(directory / ".kpgo.lock", "a+")
+    f = open(directory / LOCK, "a+")
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

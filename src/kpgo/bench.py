@@ -48,6 +48,7 @@ SIM_HEADLINE = ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_taken
 SIM_TITLES = {"kernel_insns_per_op": "kernel insns/op", "kernel_l1i_misses_per_op": "kernel L1i misses/op",
               "kernel_taken_branches_per_op": "kernel taken branches/op"}
 ORDERS = ("random", "abba")
+BENCH_MARKS = ("results.json", "boots")  # what a bench directory holds (older ones have no lock)
 SIM_MODES = ("auto", "on", "off")
 
 
@@ -189,6 +190,7 @@ def bench(
         sim = sim.resolve(vm.accelerator(kbuild.image(kernels[0].build_dir)) if sim.mode == "auto" else "tcg")
     # A plugin sees only TCG-translated code: simulated boots run under TCG even where KVM works.
     accel = "tcg" if sim is not None else vm.accelerator(kbuild.image(kernels[0].build_dir))
+    atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
     out.mkdir(parents=True, exist_ok=True)
     seed = _seed(out, design)
     seq = plan(cells, design.boots, design.order, seed)

@@ -16,56 +16,124 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, client, collect, vm
+from kpgo import atomic, bench, client, collect, vm, workloads
+from kpgo import sim as simulator
 from kpgo.errors import UserError
 from kpgo.kernel import kbuild, kconfig, source
+from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
 
 
 @dataclass(frozen=True)
 class RunOptions:
+    """One `kpgo run` request, typed. run.json keeps it (to_json) so that `kpgo study` extends the run exactly as
+    it was started (from_json); the workloads, the simulator settings and the build requests derive from it here."""
+
     run_dir: Path
     base: str | None
     config: Path | None
     fragments: tuple[Path, ...]
     source: Path | None
-    workloads: tuple[dict, ...]
+    workload: str  # as written: "a,b" or "all"
+    sets: tuple[str, ...]
     design: bench.Design
     jobs: int
     guest: vm.Guest
-    sim: Any = None  # bench.SimChoice (or a kpgo.sim.SimConfig: always simulated)
+    client: str = "guest"
+    sim_mode: str = "auto"  # bench.SIM_MODES
+    sim_opts: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
-    request: dict | None = None  # the command-line options, kept in run.json so `kpgo study` can extend the run
     partial_training: bool = False  # optimized builds with GCC's -fprofile-partial-training
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.studies) - set(STUDIES))
+        if unknown:
+            raise UserError(f"unknown study {', '.join(unknown)}", f"studies of a run: {', '.join(STUDIES)}")
+        if self.studies and len(self.workloads) < 2:
+            raise UserError(f"the {' and '.join(self.studies)} study needs two or more workloads", "pass --workload a,b[,...]")
+        self.sim  # noqa: B018 -- parsed now: a bad --sim-opt fails before anything is built
+
+    @cached_property
+    def workloads(self) -> tuple[dict, ...]:
+        return tuple(workloads.load_many(self.workload, list(self.sets), self.client))
+
+    @property
+    def sim(self) -> bench.SimChoice:
+        return bench.SimChoice(self.sim_mode, simulator.SimConfig.parse(",".join(self.sim_opts)))
+
+    def kernel(self) -> tuple[kconfig.ConfigSpec, KernelSource]:
+        """The run's configuration and kernel source (a tarball is extracted once, into the cache)."""
+        return kconfig.resolve(self.base, self.config, list(self.fragments)), source.resolve(self.source)
+
+    def builder(self, spec: kconfig.ConfigSpec, src: KernelSource) -> Callable[..., dict]:
+        """build(variant, label, profile=None): the run's kernel of that variant in RUN/builds/label (cached)."""
+
+        def build(variant: str, label: str, profile: Path | None = None) -> dict:
+            kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and variant == "optimized" else ()
+            return kbuild.build(kbuild.BuildRequest(src, spec, variant, self.run_dir / "builds" / label, profile, self.jobs, kcflags))
+
+        return build
+
+    def to_json(self) -> dict[str, Any]:
+        """The options under their command-line names (the run.json "request" of every kpgo so far)."""
+        d = self.design
+        return {
+            "source": _str(self.source), "base": self.base, "config": _str(self.config), "fragment": [str(f) for f in self.fragments],
+            "jobs": self.jobs, "workload": self.workload, "set": list(self.sets), "client": self.client,
+            "boots": d.boots, "runs": d.runs, "order": d.order, "seed": d.seed,
+            "sim": {"auto": None, "on": True, "off": False}[self.sim_mode], "sim_opt": list(self.sim_opts),
+            "cpus": self.guest.cpus, "memory": self.guest.memory, "guest_timeout": self.guest.timeout,
+            "study": list(self.studies), "partial_training": self.partial_training,
+        }
+
+    @classmethod
+    def from_json(cls, r: dict[str, Any], run_dir: Path) -> RunOptions:
+        try:
+            return cls(
+                run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
+                tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),
+                vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
+                {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]), bool(r.get("partial_training")),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{run_dir / 'run.json'}: its request is incomplete or damaged ({e!r})",
+                            "re-run the `kpgo run` command that made it (cached steps are kept)") from None
+
+
+def _str(p: Path | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _path(s: str | None) -> Path | None:
+    return None if s is None else Path(s)
 
 
 STUDIES = ("universal", "cross")
 UNIVERSAL = {"universal-raw": False, "universal-norm": True}  # label -> normalize
+RUN_MARKS = ("run.json", "builds", "profiles", "bench")  # what a run directory holds (older runs have no lock)
 
 
 def run(opts: RunOptions) -> dict:
     t_start = time.monotonic()
     phases: dict[str, float] = {}
-    spec = kconfig.resolve(opts.base, opts.config, list(opts.fragments))
-    src = source.resolve(opts.source)
-    rd = opts.run_dir.resolve()
+    spec, src = opts.kernel()
+    opts = replace(opts, run_dir=opts.run_dir.resolve())
+    atomic.check_resumable(opts.run_dir, "run directory", RUN_MARKS, "--dir")
+    with atomic.exclusive(opts.run_dir, "run directory"):  # created only once the request is known to be sound
+        say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(wl['name'] for wl in opts.workloads)}, in {opts.run_dir}")
+        return _run(opts, spec, src, t_start, phases)
+
+
+def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float]) -> dict:
+    rd = opts.run_dir
     names = [wl["name"] for wl in opts.workloads]
-    unknown = sorted(set(opts.studies) - set(STUDIES))
-    if unknown:
-        raise UserError(f"unknown study {', '.join(unknown)}", f"studies of a run: {', '.join(STUDIES)}")
-    if opts.studies and len(names) < 2:
-        raise UserError(f"the {' and '.join(opts.studies)} study needs two or more workloads", "pass --workload a,b[,...]")
-    with atomic.exclusive(rd, "run directory"):  # created only once the request is known to be sound
-        return _run(opts, rd, spec, src, names, t_start, phases)
-
-
-def _run(opts: RunOptions, rd: Path, spec: kconfig.ConfigSpec, src: source.KernelSource, names: list[str],
-         t_start: float, phases: dict[str, float]) -> dict:
-    say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(names)}, in {rd}")
+    build = opts.builder(spec, src)
 
     def timed(name: str, fn):
         t = time.monotonic()
@@ -74,22 +142,18 @@ def _run(opts: RunOptions, rd: Path, spec: kconfig.ConfigSpec, src: source.Kerne
         say(f"run: phase {name} took {fmt_secs(phases[name])}")
         return value
 
-    def req(variant: str, out: str, profile: Path | None = None) -> kbuild.BuildRequest:
-        kcflags = (kbuild.PARTIAL_TRAINING,) if opts.partial_training and variant == "optimized" else ()
-        return kbuild.BuildRequest(src, spec, variant, rd / "builds" / out, profile, opts.jobs, kcflags)
-
-    instr = timed("build instrumented", lambda: kbuild.build(req("instrumented", "instrumented")))
+    instr = timed("build instrumented", lambda: build("instrumented", "instrumented"))
     profiles: dict[str, tuple[dict, dict]] = {}
     for wl in opts.workloads:
         prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
         pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl["name"]] = (prof, pstats)
-    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: kbuild.build(req("optimized", f"optimized-{n}", rd / "profiles" / n))) for n in names}  # noqa: B023 -- timed() calls the lambda at once
+    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: build("optimized", f"optimized-{n}", rd / "profiles" / n)) for n in names}  # noqa: B023 -- timed() calls the lambda at once
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
             timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))  # noqa: B023 -- timed() calls the lambda at once
-            opt[label] = timed(f"build {label}", lambda: kbuild.build(req("optimized", label, rd / "profiles" / label)))  # noqa: B023 -- timed() calls the lambda at once
-    van = timed("build vanilla", lambda: kbuild.build(req("vanilla", "vanilla")))
+            opt[label] = timed(f"build {label}", lambda: build("optimized", label, rd / "profiles" / label))  # noqa: B023 -- timed() calls the lambda at once
+    van = timed("build vanilla", lambda: build("vanilla", "vanilla"))
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
     cells = [("vanilla", n) for n in names]
@@ -98,7 +162,7 @@ def _run(opts: RunOptions, rd: Path, spec: kconfig.ConfigSpec, src: source.Kerne
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim))
     summary = {
         "run_dir": str(rd),
-        "request": opts.request,
+        "request": opts.to_json(),
         "studies": list(opts.studies),
         "kernel": {"source": str(src.path), "version": src.version, "config": spec.name},
         "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {label: _build_info(m) for label, m in opt.items()},

@@ -18,31 +18,24 @@ from typing import Any
 
 from kpgo import atomic, bench, pipeline, vm, workloads
 from kpgo.errors import UserError
-from kpgo.kernel import kbuild, kconfig, source
 
 
-def load_run(run_dir: Path) -> dict:
+def run_options(run_dir: Path) -> pipeline.RunOptions:
+    """The request of the finished run in run_dir, to extend it exactly as it was started."""
     try:
         run = json.loads((run_dir / "run.json").read_text())
     except OSError:
         raise UserError(f"{run_dir} holds no finished kpgo run (no run.json)", "run `kpgo run --dir RUN_DIR` first") from None
     except ValueError:
         raise UserError(f"{run_dir / 'run.json'} is not valid JSON", "re-run `kpgo run --dir RUN_DIR` to rewrite it") from None
-    if not isinstance(run.get("request"), dict):
+    if not isinstance(run, dict) or not isinstance(run.get("request"), dict):
         raise UserError(f"{run_dir / 'run.json'} was written by an older kpgo (no request)", "re-run `kpgo run --dir RUN_DIR` (cached steps are kept)")
-    return run
+    return pipeline.RunOptions.from_json(run["request"], run_dir)
 
 
-def _builder(run: dict, run_dir: Path):
-    r = run["request"]
-    spec = kconfig.resolve(r["base"], Path(r["config"]) if r["config"] else None, [Path(f) for f in r["fragment"]])
-    src = source.resolve(Path(r["source"]) if r["source"] else None)
-
-    def build(variant: str, label: str, profile: Path | None = None) -> dict:
-        kcflags = (kbuild.PARTIAL_TRAINING,) if r.get("partial_training") and variant == "optimized" else ()
-        return kbuild.build(kbuild.BuildRequest(src, spec, variant, run_dir / "builds" / label, profile, int(r["jobs"]), kcflags))
-
-    return build
+def _builder(run_dir: Path):
+    opts = run_options(run_dir)
+    return opts.builder(*opts.kernel())
 
 
 def variants(name: str, key: str, values: list[str], overrides: list[str]) -> list[dict]:
@@ -59,8 +52,7 @@ def variants(name: str, key: str, values: list[str], overrides: list[str]) -> li
 
 
 def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
-    run = load_run(run_dir)
-    build = _builder(run, run_dir)
+    build = _builder(run_dir)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
     for wl in specs:
@@ -74,8 +66,7 @@ def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: v
 
 
 def share(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
-    run = load_run(run_dir)
-    _builder(run, run_dir)("vanilla", "vanilla")
+    _builder(run_dir)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
     atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
     return res
@@ -88,9 +79,3 @@ def format_share(table: dict) -> str:
     lines = [f"{'workload':<14} {'CPU time':>9} {'insns':>9} {'L1i miss':>9} {'iTLB miss':>9}   (kernel's share)"]
     lines += [f"{n:<14} {pct(r['cpu_time']):>9} " + " ".join(f"{pct(r[k]):>9}" for k in bench.SHARES) for n, r in table.items()]
     return "\n".join(lines)
-
-
-def run_specs(run: dict) -> list[dict]:
-    """The run's workloads with the parameters it used."""
-    r = run["request"]
-    return workloads.load_many(r["workload"], list(r["set"]), r.get("client", "guest"))

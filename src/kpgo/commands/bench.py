@@ -32,11 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from kpgo import bench
+    from kpgo import atomic, bench
 
-    specs = chosen_workloads(args)
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
-    res = bench.bench(kernels, specs, args.out, design=design_from(args), guest=guest_from(args), sim=sim_from(args))
+    design, guest, sim = design_from(args), guest_from(args), sim_from(args)
+    atomic.check_resumable(args.out, "bench directory", bench.BENCH_MARKS, "-o")
+    specs = chosen_workloads(args)  # last: it may compile a workload's helper
+    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim)
     print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.out)
     return 0

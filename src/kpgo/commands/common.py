@@ -40,23 +40,29 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 def chosen_workloads(args: argparse.Namespace) -> list[dict]:
     """The --workload list with --set applied; fails before any boot if a package is missing."""
-    from kpgo import client, workloads
-    from kpgo.workloads import install
+    from kpgo import workloads
 
     specs = workloads.load_many(args.workload, args.set, getattr(args, "client", "guest"))
+    prepare_workloads(specs)
+    return specs
+
+
+def prepare_workloads(specs: list[dict]) -> None:
+    """Last of the checks, as it may compile a helper: Debian packages present, helpers built, the host
+    client's ports free — before any build or boot."""
+    from kpgo import client
+    from kpgo.workloads import install
+
     install.require(specs)
     for s in specs:
         if client.placement_of(s) == "host":
-            client.check_ports_free(s)  # before any build or boot
-    return specs
+            client.check_ports_free(s)
 
 
 def guest_from(args: argparse.Namespace):  # -> vm.Guest
     from kpgo import vm
-    from kpgo.errors import UserError
 
-    if (args.cpus is not None and args.cpus < 1) or args.guest_timeout <= 0:
-        raise UserError("--cpus must be ≥ 1 and --guest-timeout > 0", "fix the option")
+    # --cpus and --guest-timeout are checked with the other shared options before any command starts (cli.CHECKED_OPTIONS).
     return vm.Guest(cpus=args.cpus, memory=args.memory, timeout=args.guest_timeout)
 
 
@@ -86,9 +92,14 @@ def design_from(args: argparse.Namespace):  # -> bench.Design
 def sim_from(args: argparse.Namespace):  # -> bench.SimChoice
     """--sim / --no-sim / neither (auto: simulated exactly when guests run under TCG) with --sim-opt."""
     from kpgo import bench, sim
+
+    return bench.SimChoice(sim_mode(args), sim.SimConfig.parse(",".join(args.sim_opt)))
+
+
+def sim_mode(args: argparse.Namespace) -> str:
+    """bench.SIM_MODES from --sim / --no-sim / neither."""
     from kpgo.errors import UserError
 
     if args.sim_opt and args.sim is False:
         raise UserError("--sim-opt given with --no-sim", "drop one of them")
-    mode = {None: "auto", True: "on", False: "off"}[args.sim]
-    return bench.SimChoice(mode, sim.SimConfig.parse(",".join(args.sim_opt)))
+    return {None: "auto", True: "on", False: "off"}[args.sim]

@@ -31,14 +31,14 @@ def register(subparsers: Any) -> None:
 
     f = sub.add_parser("fix", help="add or correct the object summary the kernel leaves out")
     f.add_argument("dir", type=Path, help="profile directory (never modified)")
-    f.add_argument("-o", "--output", type=Path, required=True, help="output profile directory (must not exist)")
+    f.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
     f.add_argument("--runs", type=int, default=1, help="runs recorded in the summary (default 1)")
     f.add_argument("--json", action="store_true", help="print the result as JSON")
     f.set_defaults(func=run_fix)
 
     m = sub.add_parser("merge", help="N-way weighted merge of profiles of one build (a universal profile)")
     m.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="profile directories")
-    m.add_argument("-o", "--output", type=Path, required=True, help="output profile directory (must not exist)")
+    m.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
     m.add_argument("--weights", help="comma-separated weights, one per input (default all 1)")
     m.add_argument("--normalize", action="store_true",
                    help="scale each input to the same total arc count before weighting")
@@ -105,12 +105,12 @@ def run_fix(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.gcov.profile import fix_profile
 
-    res = fix_profile(args.dir, args.output, runs=args.runs, strict=True)
+    res = fix_profile(args.dir, args.out, runs=args.runs, strict=True)
     if args.json:
         _print_json(res)
     else:
         clamp = " (clamped to 32 bits)" if res["sum_max_clamped"] else ""
-        print(f"fixed {res['files']} files -> {args.output}: runs={res['runs']} sum_max={res['sum_max']}{clamp}")
+        print(f"fixed {res['files']} files -> {args.out}: runs={res['runs']} sum_max={res['sum_max']}{clamp}")
     return 0
 
 
@@ -125,11 +125,11 @@ def run_merge(args: argparse.Namespace) -> int:
     if twice:
         # Most likely a slip of the shell; counting a profile twice is what --weights is for.
         raise UserError(f"profile {twice[0]} is given twice", "give each profile once; --weights counts one more than once")
-    res = merge_profiles(args.dirs, args.output, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
+    res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
     if args.json:
         _print_json(res)
     else:
-        print(f"merged {len(args.dirs)} profiles ({res['files']} files) -> {args.output}: "
+        print(f"merged {len(args.dirs)} profiles ({res['files']} files) -> {args.out}: "
               f"weights={res['weights']} sum_max={res['sum_max']}")
     return 0
 

@@ -10,15 +10,11 @@ from kpgo.commands.common import (
     add_guest_options,
     add_kernel_options,
     add_workload_options,
-    chosen_workloads,
     design_from,
     guest_from,
-    sim_from,
+    prepare_workloads,
+    sim_mode,
 )
-
-# The options `kpgo study` needs to extend a run exactly as it was started (kept in run.json "request").
-REQUEST_KEYS = ("source", "base", "config", "fragment", "jobs", "workload", "set", "boots", "runs", "order", "seed", "sim", "sim_opt",
-                "cpus", "memory", "guest_timeout", "study", "client", "partial_training")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,22 +40,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
+    """The typed request of these options; every option is checked here, before anything is built."""
+    from kpgo import pipeline, workloads
+
+    name = args.config.stem if args.config else (args.base or "server")
+    label = "all" if args.workload.strip() == "all" else "-".join(workloads.parse_names(args.workload))
+    return pipeline.RunOptions(
+        args.dir or Path("kpgo-runs") / f"{name}-{label}", args.base, args.config, tuple(args.fragment), args.source, args.workload,
+        tuple(args.set), design_from(args), args.jobs, guest_from(args), args.client, sim_mode(args), tuple(args.sim_opt),
+        tuple(dict.fromkeys(args.study)), args.partial_training,
+    )
+
+
+def execute(opts) -> int:  # opts: pipeline.RunOptions
+    """Run (or extend) a run: helpers installed and ports checked first, then the pipeline, then its summary."""
     import json
 
     from kpgo import bench, pipeline
 
-    specs = chosen_workloads(args)
-    name = args.config.stem if args.config else (args.base or "server")
-    label = "all" if args.workload.strip() == "all" else "-".join(s["name"] for s in specs)
-    run_dir = args.dir or Path("kpgo-runs") / f"{name}-{label}"
-    request = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "fragment" else v) for k, v in vars(args).items() if k in REQUEST_KEYS}
-    opts = pipeline.RunOptions(
-        run_dir, args.base, args.config, tuple(args.fragment), args.source, tuple(specs), design_from(args), args.jobs, guest_from(args),
-        sim=sim_from(args), studies=tuple(dict.fromkeys(args.study)), request=request,
-        partial_training=bool(getattr(args, "partial_training", False)),
-    )
+    prepare_workloads(list(opts.workloads))
     pipeline.run(opts)
-    print((run_dir / "summary.md").read_text())
-    bench.raise_if_failed(json.loads((run_dir / "bench" / "results.json").read_text()), run_dir / "bench")
+    print((opts.run_dir / "summary.md").read_text())
+    bench.raise_if_failed(json.loads((opts.run_dir / "bench" / "results.json").read_text()), opts.run_dir / "bench")
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return execute(options_from(args))

@@ -41,17 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def extend_run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from kpgo import study
     from kpgo.commands import run
 
-    req = study.load_run(args.run_dir)["request"]
-    ns = argparse.Namespace(**{k: v for k, v in req.items()})
-    ns.source = Path(req["source"]) if req["source"] else None
-    ns.config = Path(req["config"]) if req["config"] else None
-    ns.fragment = [Path(f) for f in req["fragment"]]
-    ns.dir = args.run_dir
-    ns.study = list(dict.fromkeys(list(req["study"]) + [args.study_name]))
-    return run.run(ns)
+    opts = study.run_options(args.run_dir)
+    return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))))
 
 
 def sensitivity(args: argparse.Namespace) -> int:
@@ -86,8 +82,8 @@ def share(args: argparse.Namespace) -> int:
     from kpgo import bench, study
 
     args.sim = True
-    run = study.load_run(args.run_dir)
-    res = study.share(args.run_dir, study.run_specs(run), design_from(args), guest_from(args), sim_from(args))
+    specs = list(study.run_options(args.run_dir).workloads)
+    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "share")
     return 0

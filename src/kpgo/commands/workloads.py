@@ -27,7 +27,7 @@ def run_list(args: argparse.Namespace) -> int:
     from kpgo import workloads
     from kpgo.workloads import install
 
-    specs = workloads.load_many(args.names)
+    specs = workloads.load_many(args.names, what="the argument")
     gaps = install.missing_packages(specs)
     for s in specs:
         status = "ready" if s["name"] not in gaps else "missing " + ", ".join(gaps[s["name"]])
@@ -49,7 +49,7 @@ def run_install(args: argparse.Namespace) -> int:
     from kpgo import workloads
     from kpgo.workloads import install
 
-    specs = workloads.load_many(args.names)
+    specs = workloads.load_many(args.names, what="the argument")
     install.install(specs)
     print(f"workloads ready: {', '.join(s['name'] for s in specs)}")
     return 0

@@ -33,20 +33,60 @@ def _raw(name: str) -> dict[str, Any]:
     path = _dir() / f"{name}.toml"
     if not path.exists():
         raise UserError(f"unknown workload '{name}'", f"choose from: {', '.join(names())} (or all)")
-    spec = tomllib.loads(path.read_text())
+    try:
+        spec = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"workload file {path} is not valid TOML: {e}", "fix the file (docs/WORKLOADS.md)") from None
     for f in spec.get("files", []):
         # Shared page content lives once, in workloads/data/.
         if "source" in f:
             f["text"] = (_dir() / "data" / f.pop("source")).read_text()
+    problems = validate(spec)
+    if problems:  # checked on every load, so a mistake in a file stops before any build or boot
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"workload file {path}: {problems[0]}{more}", "fix the file (docs/WORKLOADS.md)")
     return spec
 
 
+# Every key a workload file may hold, by section (a typo such as `warmpu` is an error, not a silently skipped step),
+# with the type of its value.
+TOP_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str, "description": str, "unit": str, "higher_is_better": bool, "aggregate": str, "params": dict, "packages": list,
+    "paper": dict, "files": list, "server": dict, "build": list, "kernel_config": list, "client": str, **dict.fromkeys(STEP_KINDS, list)}
+REQUIRED = ("name", "description", "unit", "higher_is_better", "aggregate", "params", "load")
+SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "step": {"name": str, "argv": list, "each": str, "client": bool, "timeout": (int, float), "metric": str, "ops": str,
+             "ops_per_part": (str, int), "secondary": dict},
+    "server": {"argv": list, "ready_tcp": str, "ready_timeout": (int, float)},
+    "files": {"path": str, "text": str},
+    "build": {"output": str, "source": str, "argv": list},
+    "paper": {"params": str, "source": str},
+}
+
+
+def _shape(where: str, table: Any, keys: dict[str, type | tuple[type, ...]]) -> list[str]:
+    if not isinstance(table, dict):
+        return [f"{where} is not a table"]
+    out = [f"{where}: unknown key '{k}' (known: {', '.join(keys)})" for k in table if k not in keys]
+    out += [f"{where}: {k} should be of type {getattr(keys[k], '__name__', 'number')}" for k, v in table.items()
+            if k in keys and not isinstance(v, keys[k])]
+    return out
+
+
 def validate(spec: dict[str, Any]) -> list[str]:
-    """Problems in a workload spec (empty if none): shape, regexes, and every {template} names a parameter."""
-    problems: list[str] = []
-    for key in ("name", "description", "unit", "higher_is_better", "aggregate", "params", "load"):
-        if key not in spec:
-            problems.append(f"missing '{key}'")
+    """Problems in a workload spec (empty if none): known keys of the right types, regexes, and every {template}
+    names a parameter."""
+    problems = [f"missing '{key}'" for key in REQUIRED if key not in spec]
+    problems += _shape("the file", spec, TOP_KEYS)
+    if any("unknown key" not in p for p in problems):
+        return problems  # a section missing or of another type: the checks below would read it
+    for kind in STEP_KINDS:
+        problems += [p for i, step in enumerate(spec.get(kind, [])) for p in _shape(f"{kind} step {i + 1}", step, SECTION_KEYS["step"])]
+    for section in ("server", "paper"):
+        if section in spec:
+            problems += _shape(section, spec[section], SECTION_KEYS[section])
+    for section in ("files", "build"):
+        problems += [p for i, t in enumerate(spec.get(section, [])) for p in _shape(f"{section} {i + 1}", t, SECTION_KEYS[section])]
     if problems:
         return problems
     if spec["aggregate"] not in AGGREGATES:
@@ -134,23 +174,24 @@ def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
     return load_many(name, overrides)[0]
 
 
-def parse_names(text: str) -> list[str]:
+def parse_names(text: str, what: str = "--workload") -> list[str]:
+    """The names in 'a,b' (each once, in order) or every workload for 'all'; `what` names the argument in errors."""
     wanted = names() if text.strip() == "all" else [w.strip() for w in text.split(",") if w.strip()]
     if not wanted:
-        raise UserError("--workload is empty", f"choose from: {', '.join(names())} (or all)")
+        raise UserError(f"{what} {text!r} names no workload", f"choose from: {', '.join(names())} (or all)")
     for w in wanted:
         _raw(w)  # unknown names fail here, before anything runs
     return list(dict.fromkeys(wanted))
 
 
-def load_many(text: str, overrides: list[str] | None = None, client: str = "guest") -> list[dict[str, Any]]:
+def load_many(text: str, overrides: list[str] | None = None, client: str = "guest", what: str = "--workload") -> list[dict[str, Any]]:
     """Workloads named by 'a,b' or 'all', each with the overrides that apply to it. A plain
     KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one. `client`:
     where the load generators run, for the workloads that have one (the others ignore it); a
     host client is recorded in the spec as "client", so it is part of every key derived from it."""
     if client not in CLIENTS:
         raise UserError(f"--client {client}: unknown placement", f"choose from: {', '.join(CLIENTS)}")
-    specs = [_raw(n) for n in parse_names(text)]  # parsed afresh: overrides never leak between calls
+    specs = [_raw(n) for n in parse_names(text, what)]  # parsed afresh: overrides never leak between calls
     if client == "host":
         from kpgo.client import has_client
 

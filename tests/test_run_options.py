@@ -1,0 +1,65 @@
+"""The run request is one typed value: what `kpgo run` was asked is kept in run.json and read back exactly,
+so `kpgo study` extends a run as it was started (no argparse namespace saved and re-parsed)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kpgo import bench, pipeline, vm
+from kpgo.commands import run as run_cmd
+from kpgo.cli import make_parser
+from kpgo.errors import UserError
+
+DATA = Path(__file__).parent / "data" / "report"
+
+
+def options(*argv: str) -> pipeline.RunOptions:
+    return run_cmd.options_from(make_parser().parse_args(["run", *argv]))
+
+
+def test_round_trip_through_json(tmp_path: Path) -> None:
+    opts = options("--base", "tiny", "--workload", "redis,micro", "--set", "redis.requests=30000", "--boots", "2", "--seed", "7",
+                   "--sim-opt", "boot=on", "--cpus", "1", "--client", "host", "--study", "cross", "--partial-training",
+                   "--dir", str(tmp_path / "r"))
+    again = pipeline.RunOptions.from_json(json.loads(json.dumps(opts.to_json())), tmp_path / "r")
+    assert again == opts
+    assert [w["name"] for w in again.workloads] == ["redis", "micro"] and again.workloads[0]["params"]["requests"] == 30000
+    assert again.workloads[0]["client"] == "host" and again.sim.mode == "auto" and again.sim.config.boot
+    assert again.design == bench.Design(2, 1, "random", 7) and again.guest == vm.Guest(1, "2G", 900.0)
+
+
+def test_reads_the_request_of_an_earlier_kpgo() -> None:
+    """run.json files written before the request was typed (no client, no partial_training) read back, and
+    write the same keys again."""
+    old = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"]
+    opts = pipeline.RunOptions.from_json(old, Path("/r"))
+    assert opts.client == "guest" and not opts.partial_training and opts.sim_mode == "on" and opts.studies == ("cross",)
+    assert opts.to_json() == old | {"client": "guest", "partial_training": False}
+
+
+def test_default_run_dir_names_the_workloads_once() -> None:
+    assert options("--base", "tiny", "--workload", "redis, micro,redis").run_dir == Path("kpgo-runs/tiny-redis-micro")
+    assert options("--workload", "all").run_dir == Path("kpgo-runs/server-all")
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"study": ["cross"], "workload": "redis", "set": []}, "needs two or more workloads"),
+    ({"sim_opt": ["bogus=1"]}, "bogus=1"),
+    ({"boots": None}, "incomplete or damaged"),
+    ({"workload": "nosuch"}, "unknown workload"),
+])
+def test_a_damaged_request_is_refused_in_one_line(change: dict, needle: str) -> None:
+    req = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"] | change
+    with pytest.raises(UserError) as e:
+        pipeline.RunOptions.from_json(req, Path("/r"))
+    assert needle in e.value.message
+
+
+def test_extending_adds_the_study_once(tmp_path: Path) -> None:
+    opts = options("--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--dir", str(tmp_path))
+    more = replace(opts, studies=tuple(dict.fromkeys((*opts.studies, "universal", "cross"))))
+    assert more.studies == ("cross", "universal") and more.to_json()["study"] == ["cross", "universal"]
