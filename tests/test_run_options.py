@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kpgo import bench, pipeline, vm
-from kpgo.commands import run as run_cmd
 from kpgo.cli import make_parser
+from kpgo.commands import run as run_cmd
 from kpgo.errors import UserError
 
 DATA = Path(__file__).parent / "data" / "report"

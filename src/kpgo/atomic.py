@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -12,21 +13,52 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kpgo.errors import UserError
+from kpgo.errors import InfraError, UserError
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with full_disk_names(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes 0600; outputs are ordinary files
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+FULL = 1 << 20  # bytes free under which a file system counts as full (a failed write leaves a little behind)
+
+
+def full_disk(path: Path) -> str | None:
+    """"the file system of PATH is full (N KiB free)" when it is, else None: what turns a failed write or a
+    failed make into an error that says why."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes 0600; outputs are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        st = os.statvfs(probe)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return f"the file system of {path} is full ({free // 1024} KiB free)" if free < FULL else None
+
+
+@contextlib.contextmanager
+def full_disk_names(path: Path) -> Iterator[None]:
+    """A write under `path` that fails for lack of space raises an error naming `path` (the OS names neither the
+    file nor the file system), with the next step. Temporary files are removed as for any other failure."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise InfraError(full_disk(path) or f"no space left on the file system of {path}",
+                         f"free some space there (df -h {Path(path).parent}) and run the same command again") from None
 
 
 def _umask() -> int:
@@ -88,7 +120,8 @@ def output_dir(path: Path, *, replace: bool = False) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
     try:
-        yield tmp
+        with full_disk_names(path):
+            yield tmp
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -123,6 +123,17 @@ def check_inputs(req: BuildRequest) -> None:
 
 def build(req: BuildRequest) -> dict:
     """Build (or reuse) the variant in req.out and return its build.json."""
+    try:
+        with atomic.full_disk_names(req.out):
+            return _build(req)
+    except InfraError as e:
+        full = atomic.full_disk(req.out)
+        if full and full not in e.message:  # make's own complaint is deep in the log, about a file it could not finish
+            raise InfraError(f"{e.message}: {full}", f"free some space there and run the same command again ({e.hint})") from None
+        raise
+
+
+def _build(req: BuildRequest) -> dict:
     check_request(req.variant, req.profile)
     check_inputs(req)
     for tool in ("make", "gcc", "flex", "bison", "bc"):
