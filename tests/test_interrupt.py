@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from conftest import assert_one_line_error, kpgo
+from gcov_fixtures import Profiles, gcc_build, profiles  # noqa: F401
 
 
 def _pids(pattern: str, parent: int | None = None) -> list[str]:
@@ -69,3 +70,43 @@ def test_second_run_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def _many(src: Path, dst: Path, copies: int) -> Path:
+    for i in range(copies):
+        (dst / f"d{i:04d}").mkdir(parents=True)
+        (dst / f"d{i:04d}" / "main.gcda").write_bytes((src / "main.gcda").read_bytes())
+    return dst
+
+
+def _digest(root: Path) -> list[tuple[str, bytes]]:
+    return sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*") if p.is_file())
+
+
+def test_killed_merge_leaves_nothing_half_written(profiles: Profiles, tmp_path: Path) -> None:  # noqa: F811
+    """SIGKILL of `kpgo profile merge` at moments spread over its run (start-up, reading, writing, renaming): the
+    output is either absent or whole (equal to an undisturbed merge), and the same command again completes and
+    removes what the killed one left (its temporary directory, named with its pid)."""
+    a, b = _many(profiles.k0, tmp_path / "a", 1500), _many(profiles.k1, tmp_path / "b", 1500)
+    argv = [sys.executable, "-m", "kpgo", "profile", "merge", str(a), str(b), "-o"]
+    env = dict(os.environ)  # the kpgo the other tests run (sys.executable -m kpgo: the installed package)
+    t = time.monotonic()
+    subprocess.run([*argv, str(tmp_path / "ref")], check=True, env=env, capture_output=True)
+    whole = time.monotonic() - t
+    ref = _digest(tmp_path / "ref")
+    killed_while_writing = 0
+    for i in range(10):
+        out = tmp_path / f"out{i}"
+        p = subprocess.Popen([*argv, str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(whole * (0.3 + 0.08 * i))  # from start-up to past the end
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        left = [q.name for q in tmp_path.iterdir() if q.name.startswith(f".{out.name}.")]
+        killed_while_writing += bool(left)
+        if out.exists():
+            assert _digest(out) == ref, "a killed merge left an incomplete output under its final name"
+            continue
+        subprocess.run([*argv, str(out)], check=True, env=env, capture_output=True)
+        assert _digest(out) == ref
+        assert not [q for q in tmp_path.iterdir() if q.name.startswith(f".{out.name}.")], "the killed merge's leftovers stayed"
+    assert killed_while_writing, "no kill landed while the output was being written: the test did not test"

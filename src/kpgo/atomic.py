@@ -16,10 +16,33 @@ from typing import Any
 from kpgo.errors import InfraError, UserError
 
 
+def _temp_prefix(path: Path) -> str:
+    """Temporary siblings carry their writer's pid, so that a later kpgo can tell a killed writer's leftovers
+    from the work of one still running."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def sweep(path: Path) -> None:
+    """Remove the temporary siblings of `path` left by kpgo processes that were killed while writing it."""
+    head = f".{path.name}."
+    try:
+        siblings = [p for p in path.parent.iterdir() if p.name.startswith(head) and p.suffix in (".partial", ".tmp")]
+    except OSError:
+        return
+    for p in siblings:
+        pid = p.name[len(head):].partition(".")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     with full_disk_names(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        sweep(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -118,7 +141,8 @@ def output_dir(path: Path, *, replace: bool = False) -> Iterator[Path]:
     path = Path(path)
     check_output(path, replace=replace)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
+    sweep(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".partial"))
     try:
         with full_disk_names(path):
             yield tmp
