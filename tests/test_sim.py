@@ -14,6 +14,7 @@ import pytest
 
 from kpgo import sim
 from kpgo.errors import InfraError, KpgoError, UserError
+from kpgo.paths import cache_dir
 
 
 def one_line(e: KpgoError) -> str:
@@ -30,7 +31,7 @@ def test_header_is_cached_and_matches_installed_qemu() -> None:
     t = time.monotonic()
     inc = sim.fetch_header()
     assert time.monotonic() - t < 2, "a cached header must not be fetched again"
-    assert inc == sim.cache_dir() / "qemu-plugin" / version.upstream
+    assert inc == cache_dir() / "qemu-plugin" / version.upstream
     assert (inc / "VERSION").read_text().strip() == f"{version.source_package} {version.source_version}"
     text = (inc / "qemu-plugin.h").read_text()
     assert re.search(r"#define QEMU_PLUGIN_VERSION [0-9]+", text)
@@ -53,10 +54,10 @@ def test_plugin_builds_and_exports_the_entry_points() -> None:
 def test_plugin_rebuilds_when_its_source_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inc = sim.fetch_header()  # the real (cached) header: no second download
     monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sim, "fetch_header", lambda: inc)
+    monkeypatch.setattr(sim.build, "fetch_header", lambda: inc)
     src = tmp_path / "kpgosim.c"
     src.write_text(sim.PLUGIN_SOURCE.read_text())
-    monkeypatch.setattr(sim, "PLUGIN_SOURCE", src)
+    monkeypatch.setattr(sim.build, "PLUGIN_SOURCE", src)
     lib = sim.build_plugin()
     assert lib.is_relative_to(tmp_path)
     first = lib.with_name(lib.name + ".stamp").read_text()
@@ -86,6 +87,22 @@ def test_simconfig_defaults_and_plugin_arg(tmp_path: Path) -> None:
     assert sim.SimConfig(warm=1).warm is True  # an integer from a KEY=NUMBER option
     opts = sim.qemu_opts(c, tmp_path / "sim.json")
     assert opts.startswith("-plugin ") and str(sim.plugin_path()) in opts
+
+
+def test_vng_argv_builds_and_removes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The argument list of a simulated boot names the plugin; building it and removing the last report
+    are vm.prepare_sim's (run_agent and run_command call it)."""
+    from kpgo import proc, vm
+
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    for name in ("run", "capture"):
+        monkeypatch.setattr(proc, name, lambda *a, **k: pytest.fail("vng_argv started a process"))
+    kernel, report = tmp_path / "bzImage", tmp_path / "sim.json"
+    kernel.write_bytes(b"")
+    report.write_text("{}")
+    argv = [str(a) for a in vm.vng_argv(kernel, "true", guest=vm.Guest(), accel="kvm", sim=sim.SimConfig(), report=report)]
+    assert "--disable-kvm" in argv and any(str(sim.plugin_path()) in a for a in argv)
+    assert report.read_text() == "{}" and not any((tmp_path / "cache").iterdir())  # the cache's root, empty
 
 
 @pytest.mark.parametrize("bad, needle", [
@@ -248,13 +265,13 @@ def test_plugin_counts_probes_in_user_mode_qemu(tmp_path: Path) -> None:
 def test_header_fetch_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No reachable archive (here: a closed local port standing in for no network)."""
     monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sim, "_deb_src_lines", lambda: ["deb-src http://127.0.0.1:9/debian bookworm main"])
-    monkeypatch.setattr(sim, "APT_RETRIES", 0)
+    monkeypatch.setattr(sim.header, "_deb_src_lines", lambda: ["deb-src http://127.0.0.1:9/debian bookworm main"])
+    monkeypatch.setattr(sim.header, "APT_RETRIES", 0)
     with pytest.raises(InfraError) as e:
         sim.fetch_header()
     text = one_line(e.value)
     assert "apt-get update failed" in text and "check the network" in text
-    monkeypatch.setattr(sim, "_deb_src_lines", lambda: [])
+    monkeypatch.setattr(sim.header, "_deb_src_lines", lambda: [])
     with pytest.raises(UserError) as e2:
         sim.fetch_header()
     assert "no Debian archive" in one_line(e2.value)
@@ -267,5 +284,5 @@ def test_header_hunks_keep_only_the_header() -> None:
         "diff --git a/include/qemu/qemu-plugin.h b/include/qemu/qemu-plugin.h\n--- a/include/qemu/qemu-plugin.h\n"
         "+++ b/include/qemu/qemu-plugin.h\n@@ -1 +1 @@\n-c\n+d\n"
     )
-    out = sim._header_hunks(patch)
+    out = sim.header._header_hunks(patch)
     assert "hw/x.c" not in out and out.startswith("diff --git a/include/qemu/qemu-plugin.h") and out.endswith("+d\n")

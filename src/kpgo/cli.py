@@ -88,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.verbose:
-        os.environ["KPGO_VERBOSE"] = "1"
+        from kpgo import proc  # here, not at the top: `kpgo --help` does not load it
+
+        proc.set_verbose(True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -40,19 +40,33 @@ PACKAGES: dict[str, str] = {
 }
 
 
-# Tools installed beside kpgo (virtme-ng's vng in the same venv) count as on PATH.
-_BIN = os.path.dirname(sys.executable)
-if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+_verbose = False  # `kpgo -v`, which cli.main passes on through set_verbose
 
 
-def verbose() -> bool:
-    return os.environ.get("KPGO_VERBOSE") == "1"
+def set_verbose(on: bool) -> None:
+    """Print every command before it runs (on stderr)."""
+    global _verbose
+    _verbose = on
+
+
+def _show(cmd: list[str]) -> None:
+    if _verbose:
+        print(f"+ {' '.join(cmd)}", file=sys.stderr)
+
+
+def search_path() -> str:
+    """The PATH kpgo looks tools up on and gives each child in its env: the environment's, with the directory
+    of kpgo's Python in front unless it is on it already, so tools installed beside kpgo count as on PATH
+    (virtme-ng's vng in the same venv, which finds its own virtme-run there in turn). Passed to each child
+    rather than written into os.environ, so importing kpgo changes nothing in the process."""
+    path = os.environ.get("PATH", "")
+    here = os.path.dirname(sys.executable)
+    return path if here in path.split(os.pathsep) else here + os.pathsep + path
 
 
 def which(tool: str) -> str | None:
-    """Absolute path of `tool` on PATH, or None."""
-    return shutil.which(tool)
+    """Absolute path of `tool` on search_path(), or None."""
+    return shutil.which(tool, path=search_path())
 
 
 def need(tool: str) -> str:
@@ -95,11 +109,8 @@ def run(
     check=True turns a non-zero exit or a timeout into an InfraError naming `what` and the log."""
     cmd = [str(a) for a in argv]
     _need_program(cmd[0])
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
-    if verbose():
-        print(f"+ {' '.join(cmd)}", file=sys.stderr)
+    full_env = {**os.environ, "PATH": search_path(), **(env or {})}
+    _show(cmd)
     logf = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -212,11 +223,10 @@ def capture(argv: Sequence[object], *, cwd: Path | None = None, timeout: float =
     """Run a short query command and return its stdout (errors become InfraError); `env` adds to the environment."""
     cmd = [str(a) for a in argv]
     _need_program(cmd[0])
-    if verbose():
-        print(f"+ {' '.join(cmd)}", file=sys.stderr)
+    _show(cmd)
     try:
         cp = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **env} if env else None)
+                            env={**os.environ, "PATH": search_path(), **(env or {})})
     except subprocess.TimeoutExpired:
         raise InfraError(f"{Path(cmd[0]).name} did not answer within {timeout:.0f} s") from None
     if cp.returncode != 0:

@@ -76,10 +76,10 @@ def accelerator(probe_kernel: Path) -> str:
 
 def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | None = None,
              sim: simulator.SimConfig | None = None, report: Path | None = None, net: client.HostClient | None = None) -> list[str | Path]:
-    """The vng command line booting `kernel` to run the shell command `cmd`. With `sim`, the
-    plugin (built if needed) writes its report to `report`, and the guest tool kpgo-window is
-    built; a stale report is removed. With `net` (a host client), the guest gets its NIC and
-    QEMU is pinned to the cores the client leaves."""
+    """The vng command line booting `kernel` to run the shell command `cmd` (an argument list and
+    nothing else: prepare_sim readies a simulated boot). With `sim`, the plugin writes its report
+    to `report` and the guest runs under TCG. With `net` (a host client), the guest gets its NIC
+    and QEMU is pinned to the cores the client leaves."""
     if not kernel.is_file():
         raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     argv: list[str | Path] = ["vng", "-r", kernel]
@@ -92,18 +92,23 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
     if sim is not None:
         if report is None:
             raise ValueError("a simulated boot needs a report path")
-        simulator.build_window_tool()
-        simulator.clean_report(report)
         # nokaslr/norandmaps: the same code at the same virtual addresses every boot, so the
         # virtually indexed cache and TLB sets repeat (vng splits one --append on spaces).
         # "--qemu-opts=VALUE" in one word: argparse takes a separate "-plugin ..." for an option.
         argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim, report)}"]
-        if accel == "kvm":
-            say("simulated counters need QEMU TCG: this guest runs without KVM")
-            accel = "tcg"  # a plugin sees only TCG-translated code
+        accel = "tcg"  # a plugin sees only TCG-translated code
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
     return client.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
+
+
+def prepare_sim(report: Path, accel: str) -> None:
+    """The host side of a simulated boot, before vng starts: kpgo's QEMU plugin and the guest's
+    kpgo-window built (the plugin header fetched once), no report left by an earlier boot."""
+    if accel == "kvm":
+        say("simulated counters need QEMU TCG: this guest runs without KVM")
+    simulator.setup()
+    simulator.clean_report(report)
 
 
 def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
@@ -111,6 +116,9 @@ def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
     """Boot `kernel` and run the shell command `cmd` (no agent, no retry): for tests and
     measurements of the simulator. The guest's output is in the console log and the Result."""
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, sim=sim, report=report)
+    if sim is not None:
+        assert report is not None  # vng_argv refuses a simulated boot without one
+        prepare_sim(report, accel)
     log.unlink(missing_ok=True)
     res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True)
     if res.timed_out:
@@ -135,6 +143,8 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
         client.check_ports_free(job["workload"])
         net = client.HostClient(job["workload"], placement, rundir / "client", log.with_name("client.log"))
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net)  # checks the kernel first
+    if sim is not None:
+        prepare_sim(report, accel)
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
