@@ -21,9 +21,11 @@ from kpgo.gcov.gcda import (
     Gcda,
     GcovFormatError,
     counter_tag,
+    gcov_version_prefix,
     layout_for_version,
     parse_gcda,
     version_text,
+    walk_gcda,
 )
 
 _REC = re.compile(r"^\s*([0-9a-f]{8}):\s*(-?\d+):(\w+)(.*)$")
@@ -102,6 +104,18 @@ def test_round_trip_is_byte_identical(profiles: Profiles, value_profile: Path) -
         if g.summary is not None:
             assert g.with_summary(g.summary.runs, g.summary.sum_max).to_bytes() == data
     assert saw_negative, "GCC 12 libgcov should have written a negative-length (all-zero) counter record"
+
+
+def test_parse_equals_walk(profiles: Profiles, value_profile: Path) -> None:
+    """parse_gcda takes a kernel-shaped file through the whole-profile check and walks the others: one model."""
+    for path in all_real_files(profiles, value_profile):
+        data = path.read_bytes()
+        a, b = parse_gcda(data, str(path)), walk_gcda(data, str(path))
+        assert (a.layout, a.byteorder, a.version, a.stamp, a.checksum) == (b.layout, b.byteorder, b.version, b.stamp,
+                                                                            b.checksum)
+        for f in ("tags", "lengths", "offsets", "payload", "trailer"):
+            x, y = getattr(a, f), getattr(b, f)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (path, f)
 
 
 def test_counters_of_negative_records_are_zeros(profiles: Profiles) -> None:
@@ -248,6 +262,12 @@ def test_layouts(major: int, order: str) -> None:
     # Summary as that GCC writes it: tag, length 2 words (8 bytes from GCC 12), runs, sum_max.
     expect = synth(major, order, summary=True)
     assert parse_gcda(expect, "e").without_summary().with_summary(1, 77).to_bytes() == expect
+
+
+def test_gcov_version_prefix() -> None:
+    assert gcov_version_prefix("12.2.0") == "B22" and gcov_version_prefix("9.5.0") == "A95"
+    assert gcov_version_prefix("14.1") == "B41" and gcov_version_prefix("unknown") == ""
+    assert version_text(_version_word(12, 2)).startswith(gcov_version_prefix("12.2.0"))
 
 
 def test_layout_table() -> None:

@@ -1,5 +1,5 @@
-"""The whole-profile fast paths (kpgo.gcov.image, the vectorized merge, read_notes, the tree flow solver) against
-the per-file code they replace, on real GCC output and on synthesized files of every layout, including the
+"""The whole-profile fast paths (kpgo.gcov.gcda.index_image, the vectorized merge, read_notes, the tree flow solver)
+against the per-file code, on real GCC output and on synthesized files of every layout, including the
 shapes that must fall back to the per-file code (other byte order, negative lengths, end markers, counters that
 look like record tags, layouts that differ between inputs)."""
 
@@ -25,8 +25,8 @@ from gcov_fixtures import (  # noqa: F401
     write_profile,
 )
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, GcovFormatError, parse_gcda, summary_bytes
-from kpgo.gcov.image import gcda_rels, index_image, read_image
+from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, GcovFormatError, index_image, walk_gcda
+from kpgo.gcov.image import gcda_rels, read_image
 from kpgo.gcov.merge import _merge_one, merge_profiles
 from kpgo.gcov.profile import fix_profile, iter_gcda, profile_stats
 
@@ -36,7 +36,7 @@ def stats_per_file(src: Path) -> dict:
     files = functions = arcs = with_summary = nbytes = nonzero = arcs_sum = arcs_max = 0
     versions, stamps = set(), set()
     for rel in gcda_rels(src):
-        g = parse_gcda((src / rel).read_bytes(), rel)
+        g = walk_gcda((src / rel).read_bytes(), rel)
         files += 1
         nbytes += len(g.payload) * 4
         versions.add(g.version_text)
@@ -54,10 +54,10 @@ def stats_per_file(src: Path) -> dict:
 
 
 def fix_per_file(src: Path, runs: int) -> dict[str, bytes]:
-    parsed = {rel: parse_gcda((src / rel).read_bytes(), rel) for rel in gcda_rels(src)}
+    parsed = {rel: walk_gcda((src / rel).read_bytes(), rel) for rel in gcda_rels(src)}
     top = max([0, *(int(g.counters(ARCS).max()) for g in parsed.values() if g.counter_count(ARCS))])
     sum_max = min(top, 0xFFFFFFFF)
-    return {rel: summary_bytes(g, (src / rel).read_bytes(), runs, sum_max) for rel, g in parsed.items()}
+    return {rel: g.with_summary(runs, sum_max).to_bytes() for rel, g in parsed.items()}
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -98,7 +98,7 @@ def test_stats_and_fix_equal_per_file(tmp_path_factory: pytest.TempPathFactory, 
 
 
 def test_index_takes_kernel_files_and_leaves_the_rest(profiles: Profiles, value_profile: Path) -> None:
-    """Every file of the kernel's shape takes the fast path and is indexed exactly as the parser reads it."""
+    """Every file of the kernel's shape takes the fast path and is indexed exactly as the walk reads it."""
     for root, all_fast in ((profiles.k0, True), (profiles.k1, True), (profiles.mode0, False),
                            (value_profile, False)):
         rels = gcda_rels(root)
@@ -106,7 +106,7 @@ def test_index_takes_kernel_files_and_leaves_the_rest(profiles: Profiles, value_
         if all_fast:
             assert idx.fast.all()
         for k in np.flatnonzero(idx.fast).tolist():
-            g = parse_gcda((root / rels[k]).read_bytes(), rels[k])
+            g = walk_gcda((root / rels[k]).read_bytes(), rels[k])
             r = slice(int(idx.rec_first[k]), int(idx.rec_first[k + 1]))
             assert idx.rec_tag[r].tolist() == g.tags.tolist()
             assert idx.rec_len[r].tolist() == np.diff(g.offsets).tolist()
@@ -146,10 +146,9 @@ def merge_per_file(dirs: list[Path], factors: list[float], runs: int) -> dict[st
     out = {}
     top = 0
     for rel in sorted(set().union(*present)):
-        g, data, m, _ = _merge_one(rel, dirs, present, factors)
-        out[rel] = (g, data)
+        out[rel], m, _ = _merge_one(rel, dirs, present, factors)
         top = max(top, m)
-    return {rel: summary_bytes(g, data, runs, min(top, 0xFFFFFFFF)) for rel, (g, data) in out.items()}
+    return {rel: g.with_summary(runs, min(top, 0xFFFFFFFF)).to_bytes() for rel, g in out.items()}
 
 
 @st.composite

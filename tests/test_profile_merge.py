@@ -118,3 +118,29 @@ def test_missing_file_in_one_input_counts_as_zero(profiles: Profiles, tmp_path: 
     res = merge_profiles([profiles.k0, part], tmp_path / "out")
     assert res["missing"] == {str(part): 1}
     assert counters(tmp_path / "out")[Path("main.gcda")] == counters(profiles.k0)[Path("main.gcda")]
+
+
+def test_merge_rules() -> None:
+    """The rules both merge paths use, against values worked out by hand."""
+    from kpgo.gcov.merge import Accumulator
+
+    a, b = np.array([0, 5, 7, 1 << 40], dtype=np.uint64), np.array([3, 0, 2, 1], dtype=np.uint64)
+
+    def merged(rule: str, factors: list[float], strict: bool = False) -> list[int]:
+        acc = Accumulator(rule, 4, all(float(f).is_integer() for f in factors), strict, lambda _: "x.gcda")
+        for v, f in zip((a, b), factors):
+            acc.add(v, f)
+        return acc.result().tolist()
+
+    assert merged("sum", [2, 3]) == [9, 10, 20, (2 << 40) + 3]
+    assert merged("sum", [0.5, 1]) == [3, 2, 6, (1 << 39) + 1]  # 2.5 -> 2, 5.5 -> 6: to nearest, ties to even
+    assert merged("sum", [0, 1]) == b.tolist()
+    assert merged("ior", [1, 1]) == [3, 5, 7, (1 << 40) | 1] and merged("ior", [1, 0]) == a.tolist()
+    assert merged("min_nonzero", [1, 1]) == [3, 5, 2, 1] and merged("min_nonzero", [0, 0]) == [0, 0, 0, 0]
+    with pytest.raises(UserError, match=r"x\.gcda: a merged counter exceeds 2\^63-1"):
+        merged("sum", [1 << 23, 1], strict=True)
+    acc = Accumulator("sum", 4, True, False, lambda _: "x")
+    sel = np.array([False, True, True, False])
+    acc.add(a[sel], 1, sel)  # the counters of the files an input holds
+    acc.add(b, 1)
+    assert acc.result().tolist() == [3, 5, 9, 1]

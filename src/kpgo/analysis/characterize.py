@@ -325,9 +325,11 @@ def _preorder(n_nodes: int, node_base: np.ndarray, tree_fn: np.ndarray, src_node
 def counter_vector(model: Model, src: Path) -> np.ndarray:
     """All arc counters of a profile laid out in the model's column order (missing files count zero), int64.
 
-    The profile is read as one image (kpgo.gcov.image); files that fail its check are parsed one by one. The first
+    The profile is read as one image (kpgo.gcov.image) and indexed at once (kpgo.gcov.gcda); files that fail its
+    check are parsed one by one. The first
     file (in order) whose stamp or functions do not match the build is a one-line error."""
-    from kpgo.gcov.image import ARCS_TAG, counter_values, gcda_rels, index_image, pair_positions, read_image
+    from kpgo.gcov.gcda import ARCS_TAG, counter_values, index_image, pair_positions
+    from kpgo.gcov.image import gcda_rels, read_image
 
     x = np.zeros(model.n_cols, dtype=np.int64)
     have = set(gcda_rels(src)) if os.path.isdir(src) else set()

@@ -1,4 +1,5 @@
-"""Pure reader/writer of GCC coverage data files (.gcda), GCC 9–14 layouts.
+"""GCC coverage data files (.gcda) of GCC 9-14: the format, its one parser, the per-file model and the summary
+record. Every other module reads and writes .gcda through this one.
 
 A .gcda file is a sequence of 32-bit words in the byte order of the machine that wrote it (found from the magic):
 
@@ -11,9 +12,28 @@ GCC 12 and bytes from GCC 12, and GCC 12 added the header checksum word. From GC
 counter record whose counters are all zero with a *negative* length and no payload; the Linux kernel never does.
 The object summary (tag 0xa1000000) holds runs and sum_max as two 32-bit words in every supported layout.
 
+The parser takes the files of one buffer (a whole profile read by kpgo.gcov.image, or one file) and checks and
+indexes them all at once with numpy (index_image). A file takes that path when its layout is verified cheaply:
+
+    magic "gcda" in the machine's byte order (little-endian machines only), a supported version word, a size that
+    is a multiple of 4 holding at least the header, and a chain of records of known tags (FUNCTION, counters of
+    kinds 0-8, summaries) with non-negative lengths that starts right after the header and ends exactly at the end
+    of the file or at a zero word (libgcov's end marker, kept verbatim with what follows it).
+
+The chain is checked without walking it: every word that could be a record tag (low 16 bits zero, in the set of
+known tags) is a candidate; the file passes when its candidates are exactly its record chain - the first one right
+after the header, each record's end the next candidate, the last one's end the end of the file or an end marker.
+Files the kernel writes always pass. Any other file (another byte order, negative lengths, a counter value that
+looks like a tag, a defect) is read by walking its record chain (walk_gcda, through Index.gcda), which gives the
+same records or a GcovFormatError naming the file and the defect. parse_gcda is the same parser on a buffer of one
+file.
+
 API
     parse_gcda(data, name) -> Gcda          parse bytes; any defect raises GcovFormatError (a UserError) naming `name`
     read_gcda(path, name=None) -> Gcda      read and parse a file
+    index_image(image) -> Index             check and index every file of an Image at once
+    Index.gcda(k) -> Gcda                   file k as the per-file model (walked when it did not pass)
+    walk_gcda(data, name) -> Gcda           the walk alone (the reference the tests hold the whole-profile check to)
     Gcda.to_bytes() -> bytes                rebuild the file from the parsed model (parse -> to_bytes is byte-identical)
     Gcda.counters(kind=ARCS) -> ndarray     all counters of one kind, in file order (uint64)
     Gcda.with_counters(kind, values)        copy with that kind's counters replaced
@@ -21,15 +41,15 @@ API
     Gcda.with_summary(runs, sum_max)        copy whose only summary is (runs, sum_max), placed after the header
     Gcda.without_summary()                  copy without summary records (the shape the kernel writes)
     Gcda.functions() -> list[Function]      per-function view: ident, checksums, counters by kind
+    summary_record(unit, runs, sum_max)     the object summary record as GCC writes it
     layout_for_version(version, name) -> Layout
     version_text(version) -> str            the version word as text, e.g. "B22*"
-
-This is the per-file model, the reference for everything else. Whole profiles are read faster by kpgo.gcov.image,
-which falls back to this parser for any file it does not take.
+    gcov_version_prefix(gcc) -> str         what the version word of files a GCC writes starts with ("12.2.0" -> "B22")
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +71,7 @@ ARCS = 0  # counter kind of arc (edge) counters in every layout
 MIN_MAJOR, MAX_MAJOR = 9, 14
 
 _NATIVE = "<" if sys.byteorder == "little" else ">"
+_LITTLE = sys.byteorder == "little"
 
 
 # What a user does about a damaged coverage file: it cannot be repaired, only made again.
@@ -78,6 +99,16 @@ def counter_kind(tag: int) -> int | None:
     if (tag - TAG_COUNTER_BASE) & 0x1FFFF:
         return None
     return (tag - TAG_COUNTER_BASE) >> 17
+
+
+ARCS_TAG = counter_tag(ARCS)
+# The tags the whole-profile check takes as record candidates; a file with any other record is walked.
+KNOWN_TAGS = np.array(
+    sorted({TAG_FUNCTION, TAG_OBJECT_SUMMARY, TAG_PROGRAM_SUMMARY} | {counter_tag(k) for k in range(9)}),
+    dtype=np.uint32,
+)
+_KNOWN_HIGH = np.zeros(1 << 16, dtype=bool)  # by high half: the low half of every known tag is zero
+_KNOWN_HIGH[KNOWN_TAGS >> 16] = True
 
 
 @dataclass(frozen=True)
@@ -129,15 +160,84 @@ def gcc_major(version: int) -> int | None:
     return (tens - ord("A")) * 10 + (ones - ord("0"))
 
 
-def layout_for_version(version: int, name: str) -> Layout:
+def gcov_version_prefix(gcc: str) -> str:
+    """The first characters of the version word a GCC writes, from its version string ("12.2.0" -> "B22": tens of
+    the major as a letter, its last digit, the minor); "" when `gcc` does not start with a number. The word's last
+    character (the release status) is not in the version string."""
+    major, _, rest = gcc.partition(".")
+    if not major.isdigit():
+        return ""
+    return f"{chr(ord('A') + int(major) // 10)}{int(major) % 10}{rest.partition('.')[0]}"
+
+
+def _layout_of(version: int) -> Layout | None:
     major = gcc_major(version)
-    if major is None or major not in _LAYOUTS:
+    return _LAYOUTS.get(major) if major is not None else None
+
+
+def layout_for_version(version: int, name: str) -> Layout:
+    layout = _layout_of(version)
+    if layout is None:
+        major = gcc_major(version)
         which = f" (GCC {major})" if major is not None else ""
         raise GcovFormatError(
             name, f"unsupported gcov version '{version_text(version)}'{which}; kpgo reads files of GCC 9 to 14"
         )
-    return _LAYOUTS[major]
+    return layout
 
+
+def summary_record(unit: int, runs: int, sum_max: int) -> np.ndarray:
+    """The object summary record as GCC writes it: tag, length (2 words, in the layout's `unit`s), runs and sum_max.
+    Both are 32-bit words in the file; larger values are clamped (GCC reads sum_max as 32 bits)."""
+    cap = 0xFFFFFFFF
+    return np.array([TAG_OBJECT_SUMMARY, 2 * unit, min(runs, cap), min(sum_max, cap)], dtype=np.uint32)
+
+
+# Record sizes no GCC writes: a counter record holding half a counter (counters are two words), an object summary
+# that is not (runs, sum_max). GCC would read such a file out of step and use wrong counts.
+def _half_counter(tags: np.ndarray, plen: np.ndarray) -> np.ndarray:
+    ctr = (tags >= TAG_COUNTER_BASE) & (tags < TAG_COUNTER_BASE + (32 << 17)) & ((tags & 0xFFFF) == 0)
+    return ctr & (plen % 2 == 1)
+
+
+def _bad_summary(tags: np.ndarray, plen: np.ndarray) -> np.ndarray:
+    return (tags == TAG_OBJECT_SUMMARY) & (plen != 2)
+
+
+# -- 64-bit counters in 32-bit words ---------------------------------------------------------------------------
+
+def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
+    total = int(sizes.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    excl = np.cumsum(sizes) - sizes
+    return np.repeat(starts - excl, sizes) + np.arange(total, dtype=np.int64)
+
+
+def pair_positions(starts: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Concatenation of starts[i] + 2*arange(pairs[i]): the low words of consecutive 64-bit counters."""
+    total = int(pairs.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    excl = np.cumsum(pairs) - pairs
+    out = np.repeat(starts - 2 * excl, pairs)
+    out += 2 * np.arange(total, dtype=np.int64)
+    return out
+
+
+def counter_values(words: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """64-bit counters whose low words are at positions lo (high word follows)."""
+    return words[lo].astype(np.uint64) | (words[lo + 1].astype(np.uint64) << np.uint64(32))
+
+
+def store_counters(words: np.ndarray, lo: np.ndarray, values: np.ndarray) -> None:
+    """Write 64-bit counters at positions lo (low word) and lo + 1 (high word)."""
+    words[lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    words[lo + 1] = (values >> np.uint64(32)).astype(np.uint32)
+
+
+# -- the per-file model ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Summary:
@@ -151,15 +251,6 @@ class Function:
     lineno_checksum: int
     cfg_checksum: int
     counters: dict[int, np.ndarray] = field(default_factory=dict)  # kind -> uint64 values
-
-
-def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
-    total = int(sizes.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    excl = np.cumsum(sizes) - sizes
-    return np.repeat(starts - excl, sizes) + np.arange(total, dtype=np.int64)
 
 
 @dataclass(eq=False)
@@ -231,19 +322,16 @@ class Gcda:
         """All counters of one kind, concatenated in file order; negative-length records count as zeros."""
         sel, counts, negative = self._counter_records(kind)
         if not negative.any():
-            idx = _ranges(self.offsets[sel], counts * 2)
-            return self.payload[idx[0::2]].astype(np.uint64) | (self.payload[idx[1::2]].astype(np.uint64) << 32)
+            return counter_values(self.payload, pair_positions(self.offsets[sel], counts))
         values = np.zeros(int(counts.sum()), dtype=np.uint64)
         stored = ~negative
-        idx = _ranges(self.offsets[sel[stored]], counts[stored] * 2)
         dst = _ranges((np.cumsum(counts) - counts)[stored], counts[stored])
-        values[dst] = self.payload[idx[0::2]].astype(np.uint64) | (self.payload[idx[1::2]].astype(np.uint64) << 32)
+        values[dst] = counter_values(self.payload, pair_positions(self.offsets[sel[stored]], counts[stored]))
         return values
 
     def all_zero(self) -> bool:
         """True when every counter of every kind is zero (the object never ran in the profiled window)."""
-        kinds = {int(t - TAG_COUNTER_BASE) >> 17 for t in self.tags.tolist() if TAG_COUNTER_BASE <= t < TAG_COUNTER_BASE + (32 << 17)}
-        return not any(self.counters(k).any() for k in kinds)
+        return not any(self.counters(k).any() for k in self.counter_kinds_present())
 
     def counter_count(self, kind: int = ARCS) -> int:
         return int(self._counter_records(kind)[1].sum())
@@ -265,13 +353,9 @@ class Gcda:
         sel, counts, negative = self._counter_records(kind)
         if len(values) != int(counts.sum()):
             raise ValueError(f"{self.name}: {len(values)} counters given, the file has {int(counts.sum())}")
-        lo = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        hi = (values >> np.uint64(32)).astype(np.uint32)
         if not negative.any():
             payload = self.payload.copy()
-            idx = _ranges(self.offsets[sel], counts * 2)
-            payload[idx[0::2]] = lo
-            payload[idx[1::2]] = hi
+            store_counters(payload, pair_positions(self.offsets[sel], counts), values)
             return self._copy(payload=payload)
         # Rare path (libgcov-written files): rebuild record by record.
         starts = np.cumsum(counts) - counts
@@ -282,7 +366,7 @@ class Gcda:
             if negative[j] and not values[a:b].any():
                 continue
             words = np.empty(2 * (b - a), dtype=np.uint32)
-            words[0::2], words[1::2] = lo[a:b], hi[a:b]
+            store_counters(words, np.arange(0, len(words), 2), values[a:b])
             new_payloads[rec] = words
             lengths[rec] = len(words) * self.layout.unit
         return self._with_payloads(lengths, new_payloads)
@@ -315,16 +399,14 @@ class Gcda:
         return self._copy(tags=self.tags[keep], lengths=self.lengths[keep], offsets=offsets, payload=payload)
 
     def with_summary(self, runs: int, sum_max: int) -> Gcda:
-        """Copy whose only object summary is (runs, sum_max), first after the header as libgcov writes it.
-
-        Both are 32-bit words in the file; values above 2**32-1 are clamped (GCC reads sum_max as 32 bits)."""
+        """Copy whose only object summary is summary_record(runs, sum_max), first after the header as libgcov
+        writes it."""
         base = self.without_summary()
-        cap = 0xFFFFFFFF
-        tags = np.concatenate([np.array([TAG_OBJECT_SUMMARY], dtype=np.uint32), base.tags])
-        lengths = np.concatenate([np.array([2 * self.layout.unit], dtype=np.uint32), base.lengths])
+        rec = summary_record(self.layout.unit, runs, sum_max)
+        tags = np.concatenate([rec[:1], base.tags])
+        lengths = np.concatenate([rec[1:2], base.lengths])
         offsets = np.concatenate([np.zeros(1, dtype=np.int64), base.offsets + 2])
-        words = np.array([min(runs, cap), min(sum_max, cap)], dtype=np.uint32)
-        payload = np.concatenate([words, base.payload])
+        payload = np.concatenate([rec[2:], base.payload])
         return base._copy(tags=tags, lengths=lengths, offsets=offsets, payload=payload)
 
     # -- per-function view -----------------------------------------------------------------------------------
@@ -352,11 +434,245 @@ class Gcda:
             if lengths[i] >= 1 << 31:
                 vals = np.zeros(((1 << 32) - lengths[i]) // unit // 2, dtype=np.uint64)
             else:
-                w = self.payload[a:b]
-                vals = w[0::2].astype(np.uint64) | (w[1::2].astype(np.uint64) << 32)
+                vals = counter_values(self.payload, np.arange(a, b, 2))
             cur.counters[kind] = vals
         return out
 
+
+def _model(name: str, layout: Layout, order: str, words: np.ndarray, hp: np.ndarray, plen: np.ndarray,
+           end: int) -> Gcda:
+    """The per-file model of a file's native words, its record positions hp, their payload words (0 for a
+    negative length) and where its records end (any trailer follows)."""
+    offsets = np.zeros(len(hp) + 1, dtype=np.int64)
+    np.cumsum(plen, out=offsets[1:])
+    return Gcda(
+        name=name, layout=layout, byteorder=order, version=int(words[1]), stamp=int(words[2]),
+        checksum=int(words[3]) if layout.header_checksum else None,
+        tags=words[hp].astype(np.uint32), lengths=words[hp + 1].astype(np.uint32), offsets=offsets,
+        payload=words[_ranges(hp + 2, plen)].astype(np.uint32), trailer=words[end:].astype(np.uint32),
+    )
+
+
+# -- files in one buffer, indexed at once ------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Image:
+    """Files in one buffer. File k is buf[4*wstart[k] : 4*wstart[k] + size[k]] (each file starts on a word
+    boundary; a file whose size is not a multiple of 4 is padded)."""
+
+    src: str  # the directory the paths are relative to ("" when rels are names)
+    rels: list[str]
+    buf: bytes
+    words: np.ndarray  # uint32 view of buf (little-endian)
+    wstart: np.ndarray  # int64 (n + 1,), word offset of each file; wstart[n] = len(words)
+    size: np.ndarray  # int64 (n,), bytes of each file
+
+    def path(self, k: int) -> str:
+        return os.path.join(self.src, self.rels[k])
+
+    def file_bytes(self, k: int) -> bytes:
+        a = 4 * int(self.wstart[k])
+        return self.buf[a : a + int(self.size[k])]
+
+    def index_of(self) -> dict[str, int]:
+        return {r: i for i, r in enumerate(self.rels)}
+
+
+def make_image(src: str, rels: list[str], files: list[bytes]) -> Image:
+    """An Image of the bytes of each file (src/rels name them)."""
+    size = np.fromiter(map(len, files), dtype=np.int64, count=len(files))
+    chunks: list[bytes] = []
+    for data in files:
+        chunks.append(data)
+        if len(data) & 3:
+            chunks.append(b"\0" * (-len(data) & 3))
+    buf = b"".join(chunks)
+    del chunks
+    wstart = np.zeros(len(files) + 1, dtype=np.int64)
+    np.cumsum((size + 3) // 4, out=wstart[1:])
+    return Image(src=src, rels=rels, buf=buf, words=np.frombuffer(buf, dtype="<u4"), wstart=wstart, size=size)
+
+
+@dataclass(eq=False)
+class Index:
+    """The records of the files of an Image that passed the whole-profile check (`fast`); the others are read by
+    walking them (gcda(k)).
+
+    Record arrays are in file order, files in image order; positions are word offsets into image.words."""
+
+    image: Image
+    fast: np.ndarray  # bool (n,)
+    version: np.ndarray  # uint32 (n,), version word (meaningful where fast)
+    stamp: np.ndarray  # uint32 (n,)
+    hw: np.ndarray  # int64 (n,), header words (3 before GCC 12, 4 from GCC 12)
+    unit: np.ndarray  # int64 (n,), length units per word (1 before GCC 12, 4 from GCC 12)
+    layouts: dict[int, Layout]  # version word -> layout
+    rec_pos: np.ndarray  # int64, position of each record's tag word
+    rec_tag: np.ndarray  # uint32
+    rec_len: np.ndarray  # int64, payload words
+    rec_fid: np.ndarray  # int64, file of each record
+    rec_first: np.ndarray  # int64 (n + 1,), records of file k are rec_first[k]:rec_first[k+1] (0 when not fast)
+    rend: np.ndarray  # int64 (n,), word position where file k's records end: its end, or its end marker (tag 0)
+
+    @property
+    def n(self) -> int:
+        return len(self.image.rels)
+
+    def slow(self) -> list[int]:
+        return np.flatnonzero(~self.fast).tolist()
+
+    def gcda(self, k: int) -> Gcda:
+        """File k as the per-file model: from the index when it passed the check, else by walking its records
+        (a defect is a GcovFormatError naming the file)."""
+        img = self.image
+        if not self.fast[k]:
+            return walk_gcda(img.file_bytes(k), img.path(k))
+        ws = int(img.wstart[k])
+        words = img.words[ws : ws + int(img.size[k]) // 4]
+        r = slice(int(self.rec_first[k]), int(self.rec_first[k + 1]))
+        return _model(img.path(k), self.layouts[int(self.version[k])], "<", words, self.rec_pos[r] - ws,
+                      self.rec_len[r], int(self.rend[k]) - ws)
+
+    def counter_slots(self, record_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Word positions of the low words of the counters of the selected records, and the file of each."""
+        sel = np.flatnonzero(record_mask)
+        pairs = self.rec_len[sel] // 2
+        return pair_positions(self.rec_pos[sel] + 2, pairs), np.repeat(self.rec_fid[sel], pairs)
+
+    def summary_records(self) -> np.ndarray:
+        """Indices of the object-summary records."""
+        return np.flatnonzero(self.rec_tag == TAG_OBJECT_SUMMARY)
+
+    def structure_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Words that must be equal in another profile of the same build for a file to share this file's layout:
+        magic, version, stamp, every record's tag and length word, and the FUNCTION records' payloads (ident and
+        checksums). With the same file size, equal words there mean the same record chain; the counters then sit
+        at the same positions. Returns positions and their files (int32), in no particular order."""
+        fast = np.flatnonzero(self.fast)
+        ws = self.image.wstart[fast]
+        head = (ws[:, None] + np.arange(3)).ravel()
+        head_fid = np.repeat(fast, 3)
+        fsel = np.flatnonzero(self.rec_tag == TAG_FUNCTION)
+        fpos = _ranges(self.rec_pos[fsel] + 2, self.rec_len[fsel])
+        ffid = np.repeat(self.rec_fid[fsel], self.rec_len[fsel])
+        pos = np.concatenate([head, self.rec_pos, self.rec_pos + 1, fpos])
+        fid = np.concatenate([head_fid, self.rec_fid, self.rec_fid, ffid]).astype(np.int32)
+        return pos, fid
+
+
+class SummaryWriter:
+    """Fast files with one object summary (runs, sum_max) right after the header and no other, as pieces of buf
+    (the image's bytes, or a copy with changed counters) around the new record: the bytes are not rebuilt. Same
+    bytes as Gcda.with_summary(runs, sum_max).to_bytes() of the file."""
+
+    def __init__(self, idx: Index, buf: memoryview, runs: int, sum_max: int) -> None:
+        self.idx, self.buf = idx, buf
+        self.records = {u: summary_record(u, runs, sum_max).astype("<u4").tobytes() for u in (1, 4)}
+        self.old: dict[int, list[int]] = {}  # files holding summaries -> those records
+        for r in idx.summary_records().tolist():
+            self.old.setdefault(int(idx.rec_fid[r]), []).append(r)
+
+    def pieces(self, k: int) -> list[memoryview | bytes]:
+        idx, buf = self.idx, self.buf
+        a = 4 * int(idx.image.wstart[k])
+        end = a + int(idx.image.size[k])
+        h = a + 4 * int(idx.hw[k])
+        pieces: list[memoryview | bytes] = [buf[a:h], self.records[int(idx.unit[k])]]
+        pos = h
+        for r in self.old.get(k, ()):
+            s = 4 * int(idx.rec_pos[r])
+            if s > pos:
+                pieces.append(buf[pos:s])
+            pos = s + 8 + 4 * int(idx.rec_len[r])
+        if end > pos:
+            pieces.append(buf[pos:end])
+        return pieces
+
+
+def index_image(image: Image) -> Index:
+    """Check every file of the image at once and index the records of those that pass (see the module's doc)."""
+    words = image.words
+    nf = len(image.rels)
+    wstart = image.wstart[:-1]
+    wend = wstart + (image.size + 3) // 4
+    nw = len(words)
+    ok = (image.size % 4 == 0) & (image.size >= 12)
+    if not _LITTLE:
+        ok[:] = False
+    safe = np.minimum(wstart, max(nw - 3, 0))
+    if nw >= 3:
+        ok &= words[safe] == GCDA_MAGIC
+        version = words[safe + 1].copy()
+        stamp = words[safe + 2].copy()
+    else:
+        ok[:] = False
+        version = np.zeros(nf, dtype=np.uint32)
+        stamp = np.zeros(nf, dtype=np.uint32)
+    hw = np.full(nf, 4, dtype=np.int64)
+    unit = np.ones(nf, dtype=np.int64)
+    layouts: dict[int, Layout] = {}
+    for v in sorted(set(version[ok].tolist())):  # (np.unique would import numpy.ma: 12 ms)
+        lay = _layout_of(v)
+        vmask = version == v
+        if lay is None:
+            ok &= ~vmask
+            continue
+        layouts[v] = lay
+        hw[vmask] = lay.header_words
+        unit[vmask] = lay.unit
+    ok &= image.size >= 4 * hw
+
+    # Candidate record headers: words that look like a known tag (low half zero, high half not), in a checked file,
+    # after its header. The halves are read through a 16-bit view: no full-size temporary.
+    halves = words.view(np.uint16)
+    low = halves[0::2] == 0
+    low &= halves[1::2] != 0
+    cand = np.flatnonzero(low)
+    del low, halves
+    high = words[cand]
+    high >>= 16
+    cand = cand[_KNOWN_HIGH[high]]
+    del high
+    fid = np.searchsorted(wstart, cand, side="right") - 1 if nf else np.zeros(0, dtype=np.int64)
+    keep = ok[fid] & (cand >= wstart[fid] + hw[fid])
+    cand, fid = cand[keep], fid[keep]
+
+    # The candidates of a good file are exactly its record chain, which ends at the end of the file or at a zero
+    # word (libgcov's end marker: from there on the file is kept verbatim, as the walk keeps it).
+    bad = np.zeros(nf, dtype=bool)
+    lens = words[np.minimum(cand + 1, nw - 1)].astype(np.int64) if len(cand) else np.zeros(0, dtype=np.int64)
+    fu = unit[fid]
+    badlen = (lens >= 1 << 31) | ((lens % fu) != 0) | (cand + 1 >= wend[fid])
+    bad[fid[badlen]] = True
+    plen = lens // fu
+    ctag = words[cand]
+    bad[fid[_half_counter(ctag, plen) | _bad_summary(ctag, plen)]] = True  # the walk names the defect
+    nxt = cand + 2 + plen
+    rend = wstart + hw  # end of the records (start of any trailer), files without records
+    if len(cand):
+        same = fid[1:] == fid[:-1]
+        link = nxt[:-1] == cand[1:]
+        bad[fid[:-1][same & ~link]] = True
+        last = np.flatnonzero(np.concatenate((~same, [True])))
+        rend[fid[last]] = nxt[last]
+        first = np.flatnonzero(np.concatenate(([True], ~same)))
+        bad[fid[first][cand[first] != wstart[fid[first]] + hw[fid[first]]]] = True
+    short = rend < wend
+    at = np.minimum(rend, max(nw - 1, 0))
+    bad |= (rend > wend) | (short & (words[at] != 0 if nw else True))
+    fast = ok & ~bad
+    keep = fast[fid]
+    cand, fid, plen = cand[keep], fid[keep], plen[keep]
+    counts = np.bincount(fid, minlength=nf) if nf else np.zeros(0, dtype=np.int64)
+    rec_first = np.zeros(nf + 1, dtype=np.int64)
+    np.cumsum(counts, out=rec_first[1:])
+    return Index(
+        image=image, fast=fast, version=version, stamp=stamp, hw=hw, unit=unit, layouts=layouts,
+        rec_pos=cand, rec_tag=words[cand], rec_len=plen, rec_fid=fid, rec_first=rec_first, rend=rend,
+    )
+
+
+# -- the walk: files the whole-profile check does not take, and every defect ------------------------------------
 
 _MAGICS = {"gcda": (GCDA_MAGIC, ".gcda data file"), "gcno": (GCNO_MAGIC, ".gcno notes file")}
 
@@ -375,8 +691,9 @@ def byte_order(head: bytes, name: str, kind: str) -> str:
     raise GcovFormatError(name, f"not a .{kind} file (magic bytes {head.hex()}, expected '{kind}')")
 
 
-def parse_gcda(data: bytes, name: str) -> Gcda:
-    """Parse a whole .gcda file. Every defect is a GcovFormatError naming `name` and the byte offset."""
+def walk_gcda(data: bytes, name: str) -> Gcda:
+    """Read a whole .gcda by following its record chain. Every defect is a GcovFormatError naming `name` and the
+    byte offset."""
     if len(data) == 0:
         raise GcovFormatError(name, "empty file (a .gcda has at least a 12-byte header)")
     if len(data) < 12:
@@ -393,8 +710,6 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
     if order != _NATIVE:
         words = words.astype(np.uint32)
     hw = layout.header_words
-    stamp = int(words[2])
-    checksum = int(words[3]) if layout.header_checksum else None
     shift = 2 if layout.byte_lengths else 0
     unit = layout.unit
     # Record walk as pointer chasing: the would-be next record position for every word, computed at once; the
@@ -445,58 +760,25 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
             f"record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} runs past the end of the file "
             f"(length {int(lengths[i]) << (2 - shift)} bytes, {(nwords - int(hp[i]) - 2) * 4} left)",
         )
-    _check_record_sizes(name, tags, hp, np.where(negative, 0, lengths.astype(np.int64) >> shift), negative)
-    body = words[:end]
-    tags = tags.astype(np.uint32)
-    lengths = lengths.astype(np.uint32)
-    mask = np.ones(len(body), dtype=bool)
-    mask[: layout.header_words] = False
-    mask[hp] = False
-    mask[hp + 1] = False
-    payload = body[mask].astype(np.uint32)
-    # Payload offsets: record i's payload starts after its header, minus the headers before it.
-    offsets = np.empty(len(hp) + 1, dtype=np.int64)
-    offsets[:-1] = hp + 2 - layout.header_words - 2 * (np.arange(len(hp), dtype=np.int64) + 1)
-    offsets[-1] = len(payload)
-    return Gcda(
-        name=name, layout=layout, byteorder=order, version=version, stamp=stamp, checksum=checksum,
-        tags=tags, lengths=lengths, offsets=offsets, payload=payload, trailer=words[end:].astype(np.uint32),
-    )
-
-
-def _check_record_sizes(name: str, tags: np.ndarray, hp: np.ndarray, words: np.ndarray, negative: np.ndarray) -> None:
-    """Records whose size no GCC writes: a counter record holding half a counter (counters are two words), an
-    object summary that is not (runs, sum_max). GCC would read such a file out of step and use wrong counts."""
-    ctr = (tags >= TAG_COUNTER_BASE) & (tags < TAG_COUNTER_BASE + (32 << 17)) & ((tags & 0xFFFF) == 0) & ~negative
-    odd = np.flatnonzero(ctr & (words % 2 == 1))
+    plen = np.where(negative, 0, lengths.astype(np.int64) >> shift)
+    odd = np.flatnonzero(_half_counter(tags, plen))
     if len(odd):
         i = int(odd[0])
-        raise GcovFormatError(name, f"counter record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} holds {int(words[i])} "
+        raise GcovFormatError(name, f"counter record 0x{int(tags[i]):08x} at byte {int(hp[i]) * 4} holds {int(plen[i])} "
                                     "words, an impossible count (each counter takes two)")
-    bad = np.flatnonzero((tags == TAG_OBJECT_SUMMARY) & (words != 2))
+    bad = np.flatnonzero(_bad_summary(tags, plen))
     if len(bad):
         i = int(bad[0])
-        n = int(words[i])
+        n = int(plen[i])
         raise GcovFormatError(name, f"object summary at byte {int(hp[i]) * 4} holds {n} word{'' if n == 1 else 's'}, "
                                     "not the two (runs, sum_max) GCC reads")
+    return _model(name, layout, order, words, hp, plen, end)
 
 
-def summary_bytes(g: Gcda, data: bytes, runs: int, sum_max: int) -> bytes:
-    """The bytes of `data` (the file g was parsed from, possibly with changed counters in place) with one object
-    summary (runs, sum_max) right after the header: a splice, no rebuild. Same result as
-    g.with_summary(runs, sum_max).to_bytes() when data is g's file."""
-    cap = 0xFFFFFFFF
-    dt = np.dtype(g.byteorder + "u4")
-    if np.any(g.tags == TAG_OBJECT_SUMMARY):
-        return g.with_summary(runs, sum_max).to_bytes() if data == g.to_bytes() else _rebuild_summary(g, data,
-                                                                                                      runs, sum_max)
-    hb = 4 * g.layout.header_words
-    rec = np.array([TAG_OBJECT_SUMMARY, 2 * g.layout.unit, min(runs, cap), min(sum_max, cap)], dtype=dt).tobytes()
-    return data[:hb] + rec + data[hb:]
-
-
-def _rebuild_summary(g: Gcda, data: bytes, runs: int, sum_max: int) -> bytes:
-    return parse_gcda(data, g.name).with_summary(runs, sum_max).to_bytes()
+def parse_gcda(data: bytes, name: str) -> Gcda:
+    """Parse a whole .gcda file (the whole-profile parser on a buffer of one file). Every defect is a
+    GcovFormatError naming `name` and the byte offset."""
+    return index_image(make_image("", [name], [data])).gcda(0)
 
 
 def read_gcda(path: Path | str, name: str | None = None) -> Gcda:

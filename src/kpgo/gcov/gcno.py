@@ -29,7 +29,16 @@ from typing import Literal
 
 import numpy as np
 
-from kpgo.gcov.gcda import GCNO_MAGIC, TAG_FUNCTION, GcovFormatError, Layout, byte_order, layout_for_version, version_text
+from kpgo.gcov.gcda import (
+    GCNO_MAGIC,
+    TAG_FUNCTION,
+    GcovFormatError,
+    Layout,
+    byte_order,
+    gcc_major,
+    layout_for_version,
+    version_text,
+)
 
 TAG_BLOCKS = 0x01410000
 TAG_ARCS = 0x01430000
@@ -339,8 +348,6 @@ def _scan(datas: list[bytes], names: list[str]) -> tuple[np.ndarray, dict[str, n
 
 
 def gcc_major_of(data: bytes) -> int:
-    from kpgo.gcov.gcda import gcc_major
-
     return gcc_major(int.from_bytes(data[4:8], "little")) or 0
 
 

@@ -13,12 +13,12 @@ Counter kinds merge by their own rule (as libgcov merges them):
 With normalize, input i is first scaled by max_j(T_j) / T_i, where T_i is its total arc count, so that every input
 has the same total; then weights apply. Scaling up (never down) keeps small counts from rounding to zero.
 
-How: the first input is read whole into one buffer and indexed at once (kpgo.gcov.image); the output is its bytes
-with the merged counters written in place. Each other input is read whole, matched to it with one vectorized
-comparison per profile, and its counters are folded into one accumulator per rule. Files that do not take this path
-(see the comment above _merge_one) are merged per file with a full parse. Memory: the first input, the accumulators
-and the one input being read - about three times one profile, whatever the number of inputs. With --normalize the
-inputs are read twice (totals first).
+How: the first input is read whole into one buffer and indexed at once (kpgo.gcov.gcda.index_image); the output is
+its bytes with the merged counters written in place. Each other input is read whole, matched to it with one
+vectorized comparison per profile, and its counters are folded into one accumulator per rule. Files that do not take
+this path (see the comment above _merge_one) are merged per file with a full parse, by the same accumulators.
+Memory: the first input, the accumulators and the one input being read - about three times one profile, whatever the
+number of inputs. With --normalize the inputs are read twice (totals first).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,31 +37,33 @@ from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
     ARCS,
+    ARCS_TAG,
+    KNOWN_TAGS,
     TAG_FUNCTION,
     TAG_OBJECT_SUMMARY,
     Gcda,
-    counter_kind,
-    parse_gcda,
-    summary_bytes,
-)
-from kpgo.gcov.image import (
-    ARCS_TAG,
     Image,
     Index,
+    Layout,
+    SummaryWriter,
+    counter_kind,
     counter_values,
-    fixed_pieces,
     index_image,
-    read_file,
-    read_image,
-    summaries_by_file,
-    summary_record,
+    parse_gcda,
+    store_counters,
 )
+from kpgo.gcov.image import read_file, read_image
 from kpgo.gcov.profile import GCOV_MAX, MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
 
 RULES = {
     "arcs": "sum", "interval": "sum", "pow2": "sum", "average": "sum",
     "ior": "ior", "conditions": "ior", "time_profiler": "min_nonzero",
 }
+
+
+def rule_of(layout: Layout, kind: int) -> str | None:
+    """The merge rule of a counter kind in a layout; None for the kinds kpgo does not merge (value profiles)."""
+    return RULES.get(layout.kind_name(kind))
 
 
 def parse_weights(text: str | None, n: int) -> list[float]:
@@ -119,50 +122,10 @@ def _input_runs(src: Path, first: Gcda | None) -> int:
     return 1
 
 
-class _Overflow(Exception):
-    """A weighted sum went past GCOV_MAX at counter `slot` (of the accumulator it was raised for)."""
-
-    def __init__(self, slot: int) -> None:
-        super().__init__(slot)
-        self.slot = slot
-
-
 def _overflow_error(path: str) -> UserError:
     return UserError(f"{path}: a merged counter exceeds 2^63-1, the largest count GCC reads (an input holds an "
                      "impossible count, or the weights are too large)",
                      "check the inputs with `kpgo profile stats`, or give smaller --weights")
-
-
-def _add_exact(acc: np.ndarray, v: np.ndarray, f: int, strict: bool) -> None:
-    """acc += v * f in uint64. strict: refuse a sum past GCOV_MAX (uint64 arithmetic would wrap around silently);
-    acc then stays <= GCOV_MAX, so GCOV_MAX - acc cannot wrap."""
-    if strict:
-        over = v > (np.uint64(GCOV_MAX) - acc) // np.uint64(f)
-        if over.any():
-            raise _Overflow(int(np.argmax(over)))
-    acc += v * np.uint64(f)
-
-
-def _float_over(acc: np.ndarray) -> int | None:
-    """The first float sum GCC could not read (>= 2^63, the first float above GCOV_MAX), or None."""
-    over = acc >= 2.0**63
-    return int(np.argmax(over)) if over.any() else None
-
-
-def _weighted_sum(arrays: list[np.ndarray], factors: list[float], strict: bool = False) -> np.ndarray:
-    if all(float(f).is_integer() for f in factors):
-        acc = np.zeros(len(arrays[0]), dtype=np.uint64)
-        for v, f in zip(arrays, factors):
-            if f:
-                _add_exact(acc, v, int(f), strict)
-        return acc
-    accf = np.zeros(len(arrays[0]), dtype=np.float64)
-    for v, f in zip(arrays, factors):
-        if f:
-            accf += v.astype(np.float64) * f
-    if strict and (k := _float_over(accf)) is not None:
-        raise _Overflow(k)
-    return _round_u64(accf)
 
 
 def _round_u64(acc: np.ndarray) -> np.ndarray:
@@ -177,25 +140,65 @@ def _round_u64(acc: np.ndarray) -> np.ndarray:
     return r.astype(np.uint64)
 
 
-def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float], strict: bool = False) -> np.ndarray:
-    if rule == "sum":
-        return _weighted_sum(arrays, factors, strict)
-    live = [v for v, f in zip(arrays, factors) if f]
-    if rule == "ior":
-        return np.bitwise_or.reduce(live) if live else np.zeros_like(arrays[0])
-    # min_nonzero: 0 means "not run"; keep the earliest first-execution order among the runs that saw it.
-    big = np.uint64(np.iinfo(np.uint64).max)
-    stack = np.stack([np.where(v == 0, big, v) for v in live]) if live else np.full((1, len(arrays[0])), big)
-    m = stack.min(axis=0)
-    return np.where(m == big, np.uint64(0), m)
+class Accumulator:
+    """The merge rules: n counters of one rule folded over the inputs, add() by add(), as libgcov merges them.
+
+    sum: weighted sum, in uint64 when every factor is an integer (exact), else in float64 rounded at the end;
+    ior: bitwise OR; min_nonzero: the smallest non-zero value (0 means "not run": the earliest first-execution
+    order among the runs that saw it). An input of factor 0 does not take part. strict: a sum past GCOV_MAX is an
+    error naming the file of that counter, path_of(counter) (uint64 arithmetic would wrap around silently)."""
+
+    BIG = np.uint64(np.iinfo(np.uint64).max)
+
+    def __init__(self, rule: str, n: int, exact: bool, strict: bool, path_of: Callable[[int], str]) -> None:
+        self.rule, self.exact, self.strict, self.path_of = rule, exact, strict, path_of
+        self.acc: np.ndarray
+        if rule == "sum":
+            self.acc = np.zeros(n, dtype=np.uint64 if exact else np.float64)
+        elif rule == "ior":
+            self.acc = np.zeros(n, dtype=np.uint64)
+        else:
+            self.acc = np.full(n, self.BIG, dtype=np.uint64)
+
+    def add(self, v: np.ndarray, f: float, sel: np.ndarray | None = None) -> None:
+        """Fold in the values v of one input with factor f, at the counters sel (bool mask; None: all)."""
+        if not f:
+            return
+        acc = self.acc if sel is None else self.acc[sel]
+        if self.rule == "sum":
+            if self.exact:
+                if self.strict:
+                    # acc stays <= GCOV_MAX, so GCOV_MAX - acc cannot wrap.
+                    over = v > (np.uint64(GCOV_MAX) - acc) // np.uint64(int(f))
+                    if over.any():
+                        k = int(np.argmax(over))
+                        raise _overflow_error(self.path_of(k if sel is None else int(np.flatnonzero(sel)[k])))
+                acc += v * np.uint64(int(f))
+            else:
+                acc += v.astype(np.float64) * f
+        elif self.rule == "ior":
+            acc |= v
+        else:
+            np.minimum(acc, np.where(v == 0, self.BIG, v), out=acc)
+        if sel is not None:
+            self.acc[sel] = acc
+
+    def result(self) -> np.ndarray:
+        if self.rule == "sum" and not self.exact:
+            if self.strict and (over := self.acc >= 2.0**63).any():  # 2^63: the first float above GCOV_MAX
+                raise _overflow_error(self.path_of(int(np.argmax(over))))
+            return _round_u64(self.acc)
+        if self.rule == "min_nonzero":
+            return np.where(self.acc == self.BIG, np.uint64(0), self.acc)
+        return self.acc
 
 
 # -- whole-profile merge ---------------------------------------------------------------------------------------
 #
-# The first input is read and indexed as one image (kpgo.gcov.image); it is the template: the output is its bytes
-# with the merged counters written in place. Every other input is read as one image and matched to it file by file
-# with one vectorized comparison (same size, same header, record headers and function records); its counters are
-# then gathered from the same positions and folded into one accumulator per merge rule. Memory: the template, the
+# The first input is read and indexed as one image (kpgo.gcov.gcda.index_image); it is the template: the output is
+# its bytes with the merged counters written in place. Every other input is read as one image and matched to it file
+# by file with one vectorized comparison (same size, same header, record headers and function records); its counters
+# are then gathered from the same positions and folded into one accumulator per merge rule. Memory: the template, the
 # accumulators and the one input being read - not the number of inputs times the profile.
 #
 # A file that does not take this path (not in the first input, fails the whole-profile check, differs in layout
@@ -205,23 +208,23 @@ def _merge_kind(rule: str, arrays: list[np.ndarray], factors: list[float], stric
 
 
 def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: list[float], strict: bool = False
-               ) -> tuple[Gcda, bytes, int, list[tuple[int, int]]]:
-    """Merge one file across the inputs holding it (full parse). Returns the output model, its bytes (without
-    the summary), its largest merged arc counter and (input, arc total) per input."""
+               ) -> tuple[Gcda, int, list[tuple[int, int]]]:
+    """Merge one file across the inputs holding it (full parse). Returns the output model (without the summary),
+    its largest merged arc counter and (input, arc total) per input."""
     raw: list[tuple[int, bytes]] = []
     for i, d in enumerate(dirs):
         if rel in present[i]:
             raw.append((i, read_file(os.path.join(d, rel))))
     t_idx, t_data = raw[0]
-    template = parse_gcda(t_data, os.path.join(dirs[t_idx], rel))
+    t_path = os.path.join(dirs[t_idx], rel)
+    template = parse_gcda(t_data, t_path)
     kinds = sorted(template.counter_kinds_present())
     rules = []
     for kind in kinds:
-        name = template.layout.kind_name(kind)
-        rule = RULES.get(name)
+        rule = rule_of(template.layout, kind)
         if rule is None:
             raise UserError(
-                f"{os.path.join(dirs[t_idx], rel)}: cannot merge '{name}' counters",
+                f"{t_path}: cannot merge '{template.layout.kind_name(kind)}' counters",
                 "value profiles (-fprofile-generate) are not supported; kpgo merges -fprofile-arcs profiles",
             )
         rules.append(rule)
@@ -245,75 +248,36 @@ def _merge_one(rel: str, dirs: list[Path], present: list[set[str]], factors: lis
             lst.append(g.counters(k))
     out = template
     fac = [factors[i] for i, _ in raw]
+    exact = all(float(f).is_integer() for f in fac)
     arc_totals: list[tuple[int, int]] = []
     top = 0
     for kind, rule, arrays in zip(kinds, rules, per_kind):
         if kind == ARCS:
             arc_totals = [(i, int(v.sum(dtype=np.uint64)) if len(v) else 0) for (i, _), v in zip(raw, arrays)]
-        try:
-            values = _merge_kind(rule, arrays, fac, strict)
-        except _Overflow:
-            raise _overflow_error(os.path.join(dirs[t_idx], rel)) from None
+        acc = Accumulator(rule, len(arrays[0]), exact, strict, lambda _: t_path)
+        for v, f in zip(arrays, fac):
+            acc.add(v, f)
+        values = acc.result()
         if kind == ARCS and len(values):
             top = int(values.max())
         out = out.with_counters(kind, values)
-    return out, out.to_bytes(), top, arc_totals
+    return out, top, arc_totals
 
 
+@dataclass(eq=False)
 class _Group:
-    """The counter slots of one merge rule in the template's fast files, and their accumulator."""
+    """The counter slots of one merge rule in the template's fast files (lo: their low words, fid: their files),
+    and their accumulator."""
 
-    BIG = np.uint64(np.iinfo(np.uint64).max)
-
-    def __init__(self, rule: str, arcs: bool, lo: np.ndarray, fid: np.ndarray, exact: bool, paths: list[str],
-                 strict: bool = False) -> None:
-        self.rule, self.arcs, self.lo, self.fid = rule, arcs, lo, fid
-        self.paths = paths  # template file paths by file index, for the overflow error
-        self.strict = strict  # refuse sums past GCOV_MAX
-        self.exact = exact  # sum in uint64 (all factors integers) rather than float64
-        n = len(lo)
-        if rule == "sum":
-            self.acc = np.zeros(n, dtype=np.uint64 if exact else np.float64)
-        elif rule == "ior":
-            self.acc = np.zeros(n, dtype=np.uint64)
-        else:
-            self.acc = np.full(n, self.BIG, dtype=np.uint64)
-
-    def add(self, sel: np.ndarray | None, v: np.ndarray, f: float) -> None:
-        if not f:
-            return
-        acc = self.acc if sel is None else self.acc[sel]
-        if self.rule == "sum":
-            if self.exact:
-                try:
-                    _add_exact(acc, v, int(f), self.strict)
-                except _Overflow as e:
-                    slot = e.slot if sel is None else int(np.flatnonzero(sel)[e.slot])
-                    raise _overflow_error(self.paths[int(self.fid[slot])]) from None
-            else:
-                acc += v.astype(np.float64) * f
-        elif self.rule == "ior":
-            acc |= v
-        else:
-            np.minimum(acc, np.where(v == 0, self.BIG, v), out=acc)
-        if sel is not None:
-            self.acc[sel] = acc
-
-    def result(self) -> np.ndarray:
-        if self.rule == "sum" and not self.exact:
-            if self.strict and (k := _float_over(self.acc)) is not None:
-                raise _overflow_error(self.paths[int(self.fid[k])])
-            return _round_u64(self.acc)
-        if self.rule == "min_nonzero":
-            return np.where(self.acc == self.BIG, np.uint64(0), self.acc)
-        return self.acc
+    arcs: bool
+    lo: np.ndarray
+    fid: np.ndarray
+    acc: Accumulator
 
 
 def _groups(t: Index, slow: np.ndarray, exact: bool, strict: bool = False) -> list[_Group]:
     """Slots by merge rule; files with counters that cannot be merged are marked slow (the per-file merge then
     names them)."""
-    from kpgo.gcov.image import KNOWN_TAGS
-
     ver = t.version[t.rec_fid]
     by_rule: dict[str, np.ndarray] = {}
     for tag in KNOWN_TAGS.tolist():
@@ -327,7 +291,7 @@ def _groups(t: Index, slow: np.ndarray, exact: bool, strict: bool = False) -> li
             recs = is_tag & (ver == version) if len(t.layouts) > 1 else is_tag
             if not recs.any():
                 continue
-            rule = RULES.get(layout.kind_name(kind))
+            rule = rule_of(layout, kind)
             if rule is None:
                 slow[t.rec_fid[recs]] = True
                 continue
@@ -338,7 +302,12 @@ def _groups(t: Index, slow: np.ndarray, exact: bool, strict: bool = False) -> li
     for name in ("arcs", "sum", "ior", "min_nonzero"):
         if name in by_rule:
             lo, fid = t.counter_slots(by_rule[name])
-            groups.append(_Group("sum" if name == "arcs" else name, name == "arcs", lo, fid, exact, paths, strict))
+
+            def path_of(slot: int, fid: np.ndarray = fid) -> str:
+                return paths[int(fid[slot])]
+
+            acc = Accumulator("sum" if name == "arcs" else name, len(lo), exact, strict, path_of)
+            groups.append(_Group(name == "arcs", lo, fid, acc))
     return groups
 
 
@@ -429,7 +398,7 @@ def merge_profiles(
                 sel_ = sel
                 fid = g.fid[sel]
                 v = counter_values(img.words, g.lo[sel] + off[fid])
-            g.add(sel_, v, factors[i])
+            g.acc.add(v, factors[i], sel_)
             if g.arcs and len(v):
                 starts = np.flatnonzero(np.r_[True, fid[1:] != fid[:-1]])
                 files, sums = fid[starts], np.add.reduceat(v, starts)
@@ -439,12 +408,11 @@ def merge_profiles(
     # Files left to the per-file merge: not in the first input, or marked above.
     where = t.image.index_of()
     slow_rels = [r for r in rels if r not in where or slow[where[r]]]
-    merged: dict[str, tuple[Gcda, bytes]] = {}
+    merged: dict[str, Gcda] = {}
     out_totals = [0] * len(dirs)
     global_max = 0
     for rel in slow_rels:
-        gcda, data, top, arc_totals = _merge_one(rel, dirs, present, factors, strict)
-        merged[rel] = (gcda, data)
+        merged[rel], top, arc_totals = _merge_one(rel, dirs, present, factors, strict)
         global_max = max(global_max, top)
         for i, s in arc_totals:
             out_totals[i] += s
@@ -454,15 +422,15 @@ def merge_profiles(
               for d, ls, b in zip(dirs, lists, first_bytes)]
 
     out_words = t.image.words.copy()
-    for g in groups:
-        values = g.result()
+    while groups:
+        g = groups.pop(0)  # its accumulator is freed with it
+        values = g.acc.result()
         if g.arcs:
             live = values[~slow[g.fid]]
             if len(live):
                 global_max = max(global_max, int(live.max()))
-        out_words[g.lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        out_words[g.lo + 1] = (values >> np.uint64(32)).astype(np.uint32)
-        g.acc = values = None  # type: ignore[assignment]
+        store_counters(out_words, g.lo, values)
+        del g, values
 
     in_runs = [_input_runs(d, f) for d, f in zip(dirs, firsts)]
     total_runs = runs if runs is not None else sum(r for r, w in zip(in_runs, weights) if w)
@@ -484,17 +452,13 @@ def merge_profiles(
             "missing": missing,
         }
     }
-    summaries = {u: summary_record(u, total_runs, sum_max) for u in (1, 4)}
-    drop = summaries_by_file(t)
     buf = memoryview(out_words.view(np.uint8))  # type: ignore[arg-type]  # numpy declares __buffer__ only for Python >= 3.12
+    writer = SummaryWriter(t, buf, total_runs, sum_max)
 
     def items() -> Iterator[tuple[str, Any]]:
         for rel in rels:
             m = merged.get(rel)
-            if m is None:
-                yield rel, fixed_pieces(t, buf, where[rel], summaries, drop)
-            else:
-                yield rel, summary_bytes(m[0], m[1], total_runs, sum_max)
+            yield rel, writer.pieces(where[rel]) if m is None else m.with_summary(total_runs, sum_max).to_bytes()
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
@@ -515,10 +479,10 @@ def merge_profiles(
 
 
 def _arc_total(idx: Index) -> int:
-    """Total arc count of a profile (fast files at once, the others parsed)."""
+    """Total arc count of a profile (fast files at once, the others one by one)."""
     lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
     total = _exact_sum(counter_values(idx.image.words, lo))
     for k in idx.slow():
-        v = parse_gcda(idx.image.file_bytes(k), idx.image.path(k)).counters(ARCS)
+        v = idx.gcda(k).counters(ARCS)
         total += int(v.sum(dtype=np.uint64)) if len(v) else 0
     return total

@@ -6,11 +6,11 @@ API (used by `kpgo profile` and by the pipeline)
     profile_stats(src) -> dict                       files, functions, arcs_sum, arcs_max, with_summary, gcov_version, ...
     fix_profile(src, dst, runs=1) -> dict            copy with a correct object summary in every file (atomic dst)
     read_manifest(src) -> dict                       profile.json, {} when absent
-    load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.image)
+    load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.gcda)
     write_tree(tmp, items) -> int                    write (relative path, bytes or list of pieces) items
 
 stats and fix read the whole profile into one buffer (memory: the profile size) and check and index all files at
-once; files that fail that check (not in the kernel's shape) go through the per-file parser, with the same results.
+once; files that fail that check (not in the kernel's shape) are read one by one (Index.gcda), with the same results.
 
 The kernel writes .gcda files without the object summary record; GCC >= 9 then ignores the profile ("Profile info is
 missing; giving up"). fix_profile adds it with sum_max = the largest arc counter over the whole profile, because the
@@ -31,26 +31,20 @@ from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
     ARCS,
+    ARCS_TAG,
     DAMAGED_HINT,
     TAG_FUNCTION,
     Gcda,
     GcovFormatError,
+    Index,
+    SummaryWriter,
+    counter_values,
     gcc_major,
+    index_image,
     parse_gcda,
-    summary_bytes,
     version_text,
 )
-from kpgo.gcov.image import (
-    ARCS_TAG,
-    Index,
-    counter_values,
-    fixed_pieces,
-    gcda_rels,
-    index_image,
-    read_image,
-    summaries_by_file,
-    summary_record,
-)
+from kpgo.gcov.image import gcda_rels, read_image
 
 MANIFEST = "profile.json"
 # GCC reads counters as signed 64-bit numbers (gcov_type): a larger count is negative to it, and no kernel counts
@@ -102,8 +96,9 @@ def read_manifest(src: Path) -> dict[str, Any]:
     return data
 
 
-def _versions_text(versions: set[str]) -> str:
-    return ",".join(sorted(versions))
+def _versions_text(versions: set[int]) -> str:
+    """Version words as text, sorted, comma-separated."""
+    return ",".join(sorted(version_text(v) for v in versions))
 
 
 def _exact_sum(v: np.ndarray) -> int:
@@ -116,7 +111,7 @@ def _exact_sum(v: np.ndarray) -> int:
 
 
 def load_profile(src: Path | str) -> tuple[Index, list[str]]:
-    """Read and index a whole profile (kpgo.gcov.image); returns the index and the relative paths."""
+    """Read and index a whole profile (kpgo.gcov.gcda.index_image); returns the index and the relative paths."""
     rels = _rels_or_fail(src)
     return index_image(read_image(src, rels)), rels
 
@@ -142,13 +137,13 @@ def profile_stats(src: Path) -> dict[str, Any]:
     nrec = np.diff(idx.rec_first)
     trailer = img.wstart[:-1] + img.size // 4 - idx.rend  # words from an end marker on
     nbytes = int((img.size - 4 * idx.hw - 8 * nrec - 4 * trailer)[fast].sum())
-    versions = {version_text(v) for v in set(idx.version[fast].tolist())}
+    versions = set(idx.version[fast].tolist())
     stamps = set(idx.stamp[fast].tolist())
-    # The others through the full parser (which also names the first defective file).
+    # The others one by one (the walk also names the first defective file).
     for k in idx.slow():
-        g = parse_gcda(img.file_bytes(k), img.path(k))
+        g = idx.gcda(k)
         nbytes += len(g.payload) * 4
-        versions.add(g.version_text)
+        versions.add(g.version)
         stamps.add(g.stamp)
         fsel = g.tags == TAG_FUNCTION
         functions += int(np.count_nonzero(np.diff(g.offsets)[fsel] >= 3))
@@ -206,10 +201,10 @@ def write_tree(tmp: Path, items: Iterable[tuple[Path | str, Data]]) -> int:
     return n
 
 
-def _scan(idx: Index, strict: bool) -> tuple[int, int, set[str], dict[int, Gcda]]:
+def _scan(idx: Index, strict: bool) -> tuple[int, int, set[int], dict[int, Gcda]]:
     """What fix and the build's check need of a whole profile: the largest arc counter, the files with an object
-    summary, the gcov versions, and the files that failed the fast check, parsed (a damaged one is a one-line
-    error naming it). strict: counters GCC cannot read are refused."""
+    summary, the gcov version words, and the files that failed the fast check, read one by one (a damaged one is a
+    one-line error naming it). strict: counters GCC cannot read are refused."""
     img = idx.image
     lo, fid = idx.counter_slots(idx.rec_tag == ARCS_TAG)
     v = counter_values(img.words, lo)
@@ -220,12 +215,12 @@ def _scan(idx: Index, strict: bool) -> tuple[int, int, set[str], dict[int, Gcda]
     del v, lo, fid
     srec = idx.summary_records()
     had = len(set(idx.rec_fid[srec[idx.rec_len[srec] >= 2]].tolist()))
-    versions = {version_text(x) for x in set(idx.version[idx.fast].tolist())}
+    versions = set(idx.version[idx.fast].tolist())
     slow: dict[int, Gcda] = {}
     for k in idx.slow():
-        g = parse_gcda(img.file_bytes(k), img.path(k))
+        g = idx.gcda(k)
         slow[k] = g
-        versions.add(g.version_text)
+        versions.add(g.version)
         if g.summary is not None:
             had += 1
         c = g.counters(ARCS)
@@ -237,7 +232,7 @@ def _scan(idx: Index, strict: bool) -> tuple[int, int, set[str], dict[int, Gcda]
     return global_max, had, versions, slow
 
 
-def _one_version(src: Path | str, versions: set[str]) -> None:
+def _one_version(src: Path | str, versions: set[int]) -> None:
     """One build is compiled by one GCC: files of several gcov versions in one profile come from several builds."""
     if len(versions) > 1:
         raise UserError(f"{src} mixes .gcda files of {len(versions)} gcov versions ({_versions_text(versions)}), "
@@ -255,8 +250,7 @@ def check_for_build(src: Path) -> dict[str, Any]:
         raise UserError(f"{src}: {len(rels) - had} of {len(rels)} .gcda files have no object summary (a raw kernel "
                         "profile), so GCC would ignore them", f"run `kpgo profile fix {src} -o {src}.fixed` and pass that")
     version = next(iter(versions))
-    word = int.from_bytes(version.encode("latin-1"), "big") if len(version) == 4 else 0
-    return {"files": len(rels), "gcov_version": version, "gcc_major": gcc_major(word)}
+    return {"files": len(rels), "gcov_version": version_text(version), "gcc_major": gcc_major(version)}
 
 
 def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> dict[str, Any]:
@@ -282,17 +276,13 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
         _one_version(src, versions)
     sum_max = min(global_max, 0xFFFFFFFF)
     manifest = read_manifest(src)
-    summaries = {u: summary_record(u, runs, sum_max) for u in (1, 4)}
-    drop = summaries_by_file(idx)
     buf = memoryview(img.buf)
+    writer = SummaryWriter(idx, buf, runs, sum_max)
 
     def items() -> Iterator[tuple[str, Data]]:
         for k, rel in enumerate(rels):
             g = slow.get(k)
-            if g is None:
-                yield rel, fixed_pieces(idx, buf, k, summaries, drop)
-            else:
-                yield rel, summary_bytes(g, img.file_bytes(k), runs, sum_max)
+            yield rel, writer.pieces(k) if g is None else g.with_summary(runs, sum_max).to_bytes()
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())

@@ -214,6 +214,7 @@ def _build(req: BuildRequest) -> dict:
 def _check_profile(profile: Path) -> None:
     """The profile as GCC will read it, before anything is built: an optimized build that GCC silently builds
     without the profile fails only at its proof, an hour later."""
+    from kpgo.gcov.gcda import gcov_version_prefix
     from kpgo.gcov.profile import check_for_build, read_manifest
 
     if not profile.is_dir():
@@ -222,8 +223,7 @@ def _check_profile(profile: Path) -> None:
         raise UserError(f"profile directory {profile} holds no .gcda files", "collect a profile first (`kpgo collect`)")
     info = check_for_build(profile)  # damaged files, impossible counts, mixed builds, no object summary
     gcc = gcc_version()
-    major, _, rest = gcc.partition(".")
-    want = f"{chr(ord('A') + int(major) // 10)}{int(major) % 10}{rest.partition('.')[0]}" if major.isdigit() else ""
+    want = gcov_version_prefix(gcc)
     if want and info["gcov_version"][:3] != want:
         # GCC compares the whole version word and ignores (with a warning) every file of another version.
         raise UserError(f"profile {profile} was written by another GCC (gcov version {info['gcov_version']}); this build "
