@@ -249,6 +249,34 @@ def test_universal_and_sensitivity(tmp_path: Path, dataset: Path) -> None:
     assert s["rows"] == [f"optimized-{c}" for c in s["cols"]]  # own setting on the diagonal
 
 
+def test_sections_registered_once() -> None:
+    """Each section's number, id and title are one Heading; the builders run in number order, compare last."""
+    from kpgo.report import model, sections
+
+    headings = [v for v in vars(sections).values() if isinstance(v, model.Heading)]
+    assert sorted(h.number for h in headings) == list(range(len(headings)))
+    assert [h.id for h in sorted(headings, key=lambda h: h.number)] == [*SECTIONS, "compare"]
+
+
+def test_one_presentation_of_ratios(tmp_path: Path) -> None:
+    """The terminal tables, summary.md and the report show a ratio, its CI, the mark and its footnote alike."""
+    from kpgo import bench, pipeline
+    from kpgo.report import present
+
+    run_dir = copy_run(DATA / "tiny-cross-sim", tmp_path / "run")
+    res = load(run_dir / "bench" / "results.json")
+    _, md, _ = report(run_dir)
+    summary = pipeline.markdown(load(run_dir / "run.json"), res)
+    table = bench.format_table(res)
+    for name, w in res["workloads"].items():
+        own = next(r for r in w["summary"] if r["kernel"] == f"optimized-{name}")
+        assert fmt_ci(own) == present.md_escape(present.ratio_ci(own))
+        assert fmt_ci(own) in md and fmt_ci(own) in summary
+        assert f"{own['ratio']:.3f} {present.ci(own['ci_low'], own['ci_high']):>18}{present.mark(own, pad=True)}" in table
+    assert present.footnote() in table and present.md_escape(present.footnote()) in md
+    assert present.md_escape(present.footnote("95% CI (bootstrap over boots)")) in summary
+
+
 @pytest.mark.parametrize("case", ["missing", "empty", "bad-json", "old-schema", "not-object"])
 def test_bad_run_dir(tmp_path: Path, case: str) -> None:
     run_dir = tmp_path / "run"

@@ -30,6 +30,7 @@ from kpgo import sim as simulator
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
+from kpgo.report import present
 
 TCG_NOTE = (
     "Guests ran under QEMU TCG (software emulation): wall-clock timings there do not show what code layout "
@@ -45,8 +46,6 @@ SIM_DERIVED = ("fetch_bytes", "stall_cycles")  # l1i accesses x line size; front
 SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS + SIM_DERIVED) + ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
 # What a user asks first of a kernel under simulation: how much less work per operation it does.
 SIM_HEADLINE = ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_taken_branches_per_op")
-SIM_TITLES = {"kernel_insns_per_op": "kernel insns/op", "kernel_l1i_misses_per_op": "kernel L1i misses/op",
-              "kernel_taken_branches_per_op": "kernel taken branches/op"}
 ORDERS = ("random", "abba")
 BENCH_MARKS = ("results.json", "boots")  # what a bench directory holds (older ones have no lock)
 SIM_MODES = ("auto", "on", "off")
@@ -314,7 +313,8 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
             "summary": rows, "sim": simrows or None,
         }
     out["sim_geomean"] = {}
-    for label in {lb for w in out["workloads"].values() for lb in (w["sim"] or {}) if lb != base}:
+    simulated = {lb for w in out["workloads"].values() for lb in (w["sim"] or {}) if lb != base}
+    for label in [k.label for k in kernels if k.label in simulated]:  # in the kernels' order: the same results.json every time
         out["sim_geomean"][label] = {}
         for m in SIM_HEADLINE + tuple(x for x in SIM_METRICS if x not in SIM_HEADLINE and "share" not in x):
             sp, used = [], []
@@ -407,15 +407,18 @@ def kernel_share(res: dict) -> dict[str, dict[str, Any]]:
     return table
 
 
-def format_ci(lo: float, hi: float) -> str:
-    return f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "[n<2]"
-
-
 def _sim_cell(m: dict, is_base: bool) -> str:
     """Mean per op, and for other kernels the ratio to the baseline with its CI (< 1: fewer events)."""
     if is_base:
         return f"{m['mean']:,.1f}"
-    return f"{m['mean']:,.1f} ×{m['ratio']:.3f} {format_ci(m['ci_low'], m['ci_high'])}{'*' if m['ci_includes_1'] else ' '}"
+    return f"{m['mean']:,.1f} ×{present.ratio_ci(m, pad=True)}"
+
+
+def _speedup_cols(row: dict, key: str, is_base: bool) -> str:
+    """A speedup and its CI in two right-aligned columns, the mark hanging after them (none for the baseline)."""
+    if is_base:
+        return f"{present.ratio(row[key]):>7} {'':>18} "
+    return f"{present.ratio(row[key]):>7} {present.ci(row['ci_low'], row['ci_high']):>18}{present.mark(row, pad=True)}"
 
 
 def format_table(results: dict) -> str:
@@ -434,27 +437,24 @@ def format_table(results: dict) -> str:
         if w.get("sim"):
             how = "/".join(methods.get(n) or ["estimate"])
             lines += ["", f"{n}: simulated per operation (ops: {how}); ×ratio to {base}, < 1 = fewer events",
-                      f"  {'kernel':<22} " + " ".join(f"{SIM_TITLES[k]:>36}" for k in SIM_HEADLINE) + f" {'kernel share':>13}"]
+                      f"  {'kernel':<22} " + " ".join(f"{present.metric_title(k, short=True):>36}" for k in SIM_HEADLINE) + f" {'kernel share':>13}"]
             for label, m in w["sim"].items():
                 cols = [_sim_cell(m[k], label == base) if k in m else "–" for k in SIM_HEADLINE]
                 lines.append(f"  {label:<22} " + " ".join(f"{c:>36}" for c in cols) + f" {m['kernel_insn_share']['mean']:>13.1%}")
         lines += ["", f"{n}: {wall}, {w['unit']}; speedup > 1 is better",
                   f"  {'kernel':<22} {'mean':>12} {'sd':>10} {'cv':>6}  {'speedup [95% CI]':>26}"]
         for s in w["summary"]:
-            star = "*" if s["kernel"] != base and s["ci_includes_1"] else " "
-            ci = "" if s["kernel"] == base else format_ci(s["ci_low"], s["ci_high"])
-            lines.append(f"  {s['kernel']:<22} {s['mean']:>12.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {s['ratio']:>7.3f} {ci:>18}{star}")
+            lines.append(f"  {s['kernel']:<22} {s['mean']:>12.1f} {s['sd']:>10.1f} {s['cv']:>6.1%}  {_speedup_cols(s, 'ratio', s['kernel'] == base)}")
     if results.get("sim_geomean"):
         lines += ["", "geometric mean across workloads, simulated per operation (×ratio to the baseline [95% CI])"]
         for label, g in results["sim_geomean"].items():
-            cells = [f"{SIM_TITLES[k]} ×{g[k]['ratio']:.3f} {format_ci(g[k]['ci_low'], g[k]['ci_high'])}{'*' if g[k]['ci_includes_1'] else ''}"
-                     for k in SIM_HEADLINE if k in g]
+            cells = [f"{present.metric_title(k, short=True)} ×{present.ratio_ci(g[k])}" for k in SIM_HEADLINE if k in g]
             lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  over {len(next(iter(g.values()))['workloads']) if g else 0} workload(s)")
     if results.get("sim_boot"):
         lines += ["", f"boot, power-on to the agent (simulated, kernel mode; every boot of a kernel pooled; ×ratio to {base})"]
         for label, b in results["sim_boot"].items():
             cells = [f"{c.replace('_', ' ')} {b[c]['mean'] / 1e6:,.1f} M"
-                     + ("" if label == base else f" ×{b[c]['ratio']:.3f} {format_ci(b[c]['ci_low'], b[c]['ci_high'])}{'*' if b[c]['ci_includes_1'] else ''}")
+                     + ("" if label == base else f" ×{present.ratio_ci(b[c])}")
                      for c in BOOT_COUNTS]
             lines.append(f"  {label:<22} " + ";  ".join(cells) + f"  ({b['insns']['n']} boots)")
     if results.get("failed"):
@@ -464,7 +464,6 @@ def format_table(results: dict) -> str:
     if results["geomean"]:
         lines += ["", f"geometric mean of speedups across workloads, {wall}"]
         for label, g in results["geomean"].items():
-            star = "*" if g["ci_includes_1"] else " "
-            lines.append(f"  {label:<22} {g['speedup']:>7.3f} {format_ci(g['ci_low'], g['ci_high']):>18}{star}  over {len(g['workloads'])} workload(s)")
-    lines += ["", "* the 95% CI includes 1.0: no difference shown at this sample size", results["note"]]
+            lines.append(f"  {label:<22} {_speedup_cols(g, 'speedup', False)}  over {len(g['workloads'])} workload(s)")
+    lines += ["", present.footnote(), results["note"]]
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from kpgo.errors import UserError
 from kpgo.kernel import kbuild, kconfig, source
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
+from kpgo.report import present
 
 
 @dataclass(frozen=True)
@@ -187,8 +188,9 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     return summary
 
 
-def _ci(r: dict) -> str:
-    return bench.format_ci(r["ci_low"], r["ci_high"]) + ("\\*" if r["ci_includes_1"] else "")
+def _ci(r: dict, key: str = "ratio") -> str:
+    """A ratio with its CI and mark, in Markdown."""
+    return present.md_escape(present.ratio_ci(r, key))
 
 
 def _build_info(m: dict) -> dict:
@@ -241,32 +243,31 @@ def fix_cached(profiles: Path, instr: dict, wl: dict, prof: dict) -> dict:
 def _sim_results(s: dict, results: dict) -> list[str]:
     """The simulated per-operation ratios of each app-specific kernel to vanilla, with CIs, and their geomean."""
     heads = bench.SIM_HEADLINE
-    lines = ["## Results: simulated kernel work per operation (ratio to vanilla [95% CI]; < 1 = fewer events)", "",
-             "| workload | " + " | ".join(bench.SIM_TITLES[k] for k in heads) + " | operations counted |", "|---|" + "---|" * (len(heads) + 1)]
     methods = results.get("measurement", {}).get("ops_methods") or {}
+    rows = []
     for n in s["workloads"]:
         sim = ((results["workloads"].get(n) or {}).get("sim") or {}).get(f"optimized-{n}")
-        cells = [f"×{sim[k]['ratio']:.3f} {_ci(sim[k])}" if sim and k in sim else "–" for k in heads]
-        lines.append(f"| {n} | " + " | ".join(cells) + f" | {'/'.join(methods.get(n) or ['–'])} |")
+        rows.append([n, *(f"×{_ci(sim[k])}" if sim and k in sim else "–" for k in heads), "/".join(methods.get(n) or ["–"])])
     geo = results.get("sim_own_geomean") or bench.own_sim_geomean(results)
     if geo:
-        lines.append("| **geomean** | " + " | ".join(f"×{geo[k]['ratio']:.3f} {_ci(geo[k])}" if k in geo else "–" for k in heads) + " | |")
-    lines += ["", "Counted by kpgo's QEMU plugin in the measured window (docs/SIM.md); \\* the CI includes 1.0. "
-              "The geomean is over the app-specific kernels, each on its own workload.", ""]
+        rows.append(["**geomean**", *(f"×{_ci(geo[k])}" if k in geo else "–" for k in heads), ""])
+    lines = ["## Results: simulated kernel work per operation (ratio to vanilla [95% CI]; < 1 = fewer events)", "",
+             *present.md_table(["workload", *(present.metric_title(k, short=True) for k in heads), "operations counted"], rows, [False] * (len(heads) + 2)),
+             "", f"Counted by kpgo's QEMU plugin in the measured window (docs/SIM.md); {present.md_escape(present.footnote('CI', ''))}. "
+             "The geomean is over the app-specific kernels, each on its own workload.", ""]
     if s["studies"]:
         # Every kernel on every workload it was measured on, in the headline metric.
         k = heads[0]
-        lines += [f"### Studies: {', '.join(s['studies'])} — simulated {bench.SIM_TITLES[k]}, ratio to vanilla [95% CI]", "",
-                  "| kernel | " + " | ".join(s["workloads"]) + " | geomean |", "|---|" + "---|" * (len(s["workloads"]) + 1)]
+        rows = []
         for label in [x for x in results["kernels"] if x != results["baseline"]]:
             cells = []
             for n in s["workloads"]:
                 m = (((results["workloads"].get(n) or {}).get("sim") or {}).get(label) or {}).get(k)
-                cells.append(f"×{m['ratio']:.3f} {_ci(m)}" if m else "–")
+                cells.append(f"×{_ci(m)}" if m else "–")
             g = (results.get("sim_geomean") or {}).get(label, {}).get(k)
-            geo = f"×{g['ratio']:.3f} {_ci(g)}" if g else "–"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {geo} |")
-        lines.append("")
+            rows.append([label, *cells, f"×{_ci(g)}" if g else "–"])
+        lines += [f"### Studies: {', '.join(s['studies'])} — simulated {present.metric_title(k, short=True)}, ratio to vanilla [95% CI]", "",
+                  *present.md_table(["kernel", *s["workloads"], "geomean"], rows, [False] * (len(s["workloads"]) + 2)), ""]
     return lines
 
 
@@ -282,47 +283,42 @@ def markdown(s: dict, results: dict) -> str:
     tcg = host["accelerator"] == "tcg"
     if any((results["workloads"].get(n) or {}).get("sim") for n in s["workloads"]):
         lines += _sim_results(s, results)
-    lines += [
-        "## Results: wall-clock" + (" (TCG: indicative only — software emulation does not show what code layout does on a real CPU)" if tcg else ""),
-        "",
-        "| workload | unit | vanilla | app-specific (optimized-WORKLOAD) | speedup [95% CI] | GCC used the profile |",
-        "|---|---|---:|---:|---|---|",
-    ]
+    table = []
     for n, w in s["workloads"].items():
         rows = {r["kernel"]: r for r in (results["workloads"].get(n) or {}).get("summary", [])}
         pr = w["proof"]
         van, o = rows.get("vanilla"), rows.get(f"optimized-{n}")
-        v_mean = f"{van['mean']:.1f}" if van else "FAILED"
-        o_mean = f"{o['mean']:.1f}" if o else "FAILED"
-        ratio = f"{o['ratio']:.3f} {_ci(o)}" if van and o else "–"
-        lines.append(f"| {n} | {w['unit']} | {v_mean} | {o_mean} | {ratio} "
-                     f"| {pr['objects_used']}/{pr['objects_nonempty']} objects ({pr['ratio']:.1%}) |")
+        table.append([n, w["unit"], f"{van['mean']:.1f}" if van else "FAILED", f"{o['mean']:.1f}" if o else "FAILED", _ci(o) if van and o else "–",
+                      f"{pr['objects_used']}/{pr['objects_nonempty']} objects ({pr['ratio']:.1%})"])
+    lines += [
+        "## Results: wall-clock" + (" (TCG: indicative only — software emulation does not show what code layout does on a real CPU)" if tcg else ""),
+        "",
+        *present.md_table(["workload", "unit", "vanilla", "app-specific (optimized-WORKLOAD)", "speedup [95% CI]", "GCC used the profile"], table,
+                          [False, False, True, True, False, False]),
+    ]
     if s["studies"]:
         # Every kernel on every workload it was measured on: the universal and cross-application studies.
-        labels = [k for k in results["kernels"] if k != "vanilla"]
-        lines += ["", f"### Studies: {', '.join(s['studies'])} (speedup over vanilla [95% CI])", "",
-                  "| kernel | " + " | ".join(s["workloads"]) + " | geomean |", "|---|" + "---|" * (len(s["workloads"]) + 1)]
-        for label in labels:
+        table = []
+        for label in [k for k in results["kernels"] if k != "vanilla"]:
             cells = []
             for n in s["workloads"]:
                 row = next((r for r in (results["workloads"].get(n) or {}).get("summary", []) if r["kernel"] == label), None)
-                cells.append(f"{row['ratio']:.3f} {_ci(row)}" if row else "–")
+                cells.append(_ci(row) if row else "–")
             g = results["geomean"].get(label)
-            geo = f"{g['speedup']:.3f} {_ci(g)}" if g else "–"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {geo} |")
+            table.append([label, *cells, _ci(g, "speedup") if g else "–"])
+        lines += ["", f"### Studies: {', '.join(s['studies'])} (speedup over vanilla [95% CI])", "",
+                  *present.md_table(["kernel", *s["workloads"], "geomean"], table, [False] * (len(s["workloads"]) + 2))]
+    sizes = ("functions_size", "text_span", "objects_text", "text_hot", "text_unlikely", "bzimage", "vmlinux_text")
+    table = [[v, fmt_secs(info["seconds"]), *(present.size(info["sizes"].get(k)) for k in sizes)] for v, info in b.items()]
     lines += [
         "",
-        "\\* the 95% CI (bootstrap over boots) includes 1.0: no difference shown at this sample size.",
+        present.md_escape(present.footnote("95% CI (bootstrap over boots)")) + ".",
         "",
         "## Builds",
         "",
-        "| build | build time | functions | text span | objects' .text* | .text.hot | .text.unlikely | bzImage | .text section (padded) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *present.md_table(["build", "build time", "functions", "text span", "objects' .text*", ".text.hot", ".text.unlikely", "bzImage",
+                           ".text section (padded)"], table, [False] + [True] * (1 + len(sizes))),
     ]
-    for v, info in b.items():
-        z = info["sizes"]
-        cells = [z.get(k) for k in ("functions_size", "text_span", "objects_text", "text_hot", "text_unlikely", "bzimage", "vmlinux_text")]
-        lines.append(f"| {v} | {fmt_secs(info['seconds'])} | " + " | ".join("–" if n is None else f"{n:,}" for n in cells) + " |")
     lines += ["", "Sizes in bytes. Functions: vmlinux's function symbols (`nm -S`) summed, each address once; text span: "
               "from _stext to the end of the last function in .text below the entry text (2 MiB-aligned); objects' .text* (which includes .text.hot and "
               ".text.unlikely): summed over the objects linked into vmlinux (the linker folds them into .text); "

@@ -46,7 +46,8 @@ def ratio_ci(base: list[float], other: list[float], *, level: float = LEVEL, res
 
 
 def includes_one(lo: float, hi: float) -> bool:
-    """True when the CI does not exclude 1.0 (also when there is no CI): the '*' of the tables."""
+    """True when the CI does not exclude 1.0 (also when there is no CI): stored with each ratio as ci_includes_1, it is
+    what kpgo.report.present marks with '*'."""
     return not (lo > 1 or hi < 1)
 
 

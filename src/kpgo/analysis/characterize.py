@@ -487,45 +487,13 @@ def _num(v: float) -> float | None:
 
 
 def plot_matrices(mats: dict[str, np.ndarray], labels: list[str], prefix: str) -> list[str]:
-    """One heatmap PNG per metric, annotated like the confusion matrices of the paper."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """One heatmap PNG per metric, PREFIX-<metric>.png, drawn as the report draws them."""
     from kpgo.atomic import write_bytes
+    from kpgo.report import figures, present
 
-    titles = {
-        "function_cosine": "Cosine similarity of function execution counts",
-        "branch_cosine": "Cosine similarity of branch execution counts",
-        "taken_l0": "L0 of taken-probability differences",
-        "taken_l1": "L1 of taken-probability differences",
-        "taken_l2": "L2 of taken-probability differences",
-    }
     out = []
     for key, m in mats.items():
-        n = len(labels)
-        size = max(4.0, 0.8 * n + 2)
-        fig, ax = plt.subplots(figsize=(size, size * 0.85))
-        cmap = "viridis" if key.endswith("cosine") else "magma_r"
-        im = ax.imshow(m, vmin=0.0, vmax=1.0, cmap=cmap)
-        ax.set_xticks(range(n), labels, rotation=45, ha="right")
-        ax.set_yticks(range(n), labels)
-        for i in range(n):
-            for j in range(n):
-                v = m[i, j]
-                txt = "–" if np.isnan(v) else f"{v:.2f}"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=8,
-                        color="white" if (not np.isnan(v) and (v < 0.5) == key.endswith("cosine")) else "black")
-        ax.set_title(titles[key], fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-        fig.tight_layout()
-        import io
-
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        plt.close(fig)
         path = Path(f"{prefix}-{key}.png")
-        write_bytes(path, buf.getvalue())
+        write_bytes(path, figures.matrices(labels, [(present.similarity_title(key, short=True), m.tolist(), present.SIMILARITY[key][1])]))
         out.append(str(path))
     return out

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpgo.report import measure
-from kpgo.report import model as m
+from kpgo.report import measure, present
 from kpgo.report.load import RunData
 from kpgo.report.model import Section, Skipped, Table
-from kpgo.report.sections import STAR, Context, kernel_order, rows_by_kernel, speedup_of
-
-NUMBER = 11
-TITLE = "Comparison with another run"
+from kpgo.report.sections import COMPARE, FOOTNOTE, Context, kernel_order, rows_by_kernel, speedup_of
 
 
 def section(ctx: Context, other: RunData) -> Section | Skipped:
     a, b = ctx.data.results, other.results
     if a is None or b is None:
-        return Skipped("compare", NUMBER, TITLE, f"no bench/results.json in {ctx.data.run_dir if a is None else other.run_dir}")
+        return Skipped(COMPARE, f"no bench/results.json in {ctx.data.run_dir if a is None else other.run_dir}")
     rows = []
     data: list[dict[str, Any]] = []
     for name, w in a["workloads"].items():
@@ -32,11 +28,11 @@ def section(ctx: Context, other: RunData) -> Section | Skipped:
             if k not in ra or k not in rb:
                 continue
             sa, sb = speedup_of(ra[k]), speedup_of(rb[k])
-            change = sa["ratio"] / sb["ratio"] if not (m.missing(sa["ratio"]) or m.missing(sb["ratio"])) and sb["ratio"] else None
-            rows.append([name, k, m.ratio_ci(sa), m.ratio_ci(sb), m.ratio(change)])
+            change = sa["ratio"] / sb["ratio"] if not (present.missing(sa["ratio"]) or present.missing(sb["ratio"])) and sb["ratio"] else None
+            rows.append([name, k, present.ratio_ci(sa), present.ratio_ci(sb), present.ratio(change)])
             data.append({"workload": name, "kernel": k, "this": sa, "other": sb, "change": change})
     if not rows:
-        return Skipped("compare", NUMBER, TITLE, f"{other.run_dir} measured none of this run's kernel/workload pairs")
+        return Skipped(COMPARE, f"{other.run_dir} measured none of this run's kernel/workload pairs")
     how = f"This run: {measure.wall(a, ctx.data.run)[len('Measured: '):]} Other run ({other.run_dir}): {measure.wall(b, other.run)[len('Measured: '):]}"
     same = measure.accelerator(a, ctx.data.run) == measure.accelerator(b, other.run)
     blocks: list[Any] = [
@@ -45,6 +41,6 @@ def section(ctx: Context, other: RunData) -> Section | Skipped:
         + ("" if same else " The runs used different accelerators: compare with care."),
         Table(f"Speedup [95% CI] in both runs. Measured: {how}", ["workload", "kernel", "this run", "other run", "change"],
               rows, [False, False, True, True, True]),
-        STAR,
+        FOOTNOTE,
     ]
-    return Section("compare", NUMBER, TITLE, f"Measured: {how}", blocks, {"other_run_dir": str(other.run_dir), "pairs": data})
+    return Section(COMPARE, f"Measured: {how}", blocks, {"other_run_dir": str(other.run_dir), "pairs": data})

@@ -1,7 +1,8 @@
-"""The report's figures as PNG bytes (matplotlib's object API on the Agg renderer: no pyplot state, no display).
+"""kpgo's figures as PNG bytes, the report's and `kpgo profile compare --plot`'s (matplotlib's object API on the Agg
+renderer: no pyplot state, no display).
 
 A cell of a bar chart or heatmap is a Cell: a ratio, its 95% CI (NaN when there is none) and whether the CI
-includes 1.0, which is drawn as '*' ("no difference shown")."""
+includes 1.0, which is drawn as the mark of kpgo.report.present ("no difference shown")."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from kpgo.report import present
 
 DPI = 100
 
@@ -31,8 +34,7 @@ class Cell:
             return None
         lo = row.get("ci_low")
         hi = row.get("ci_high")
-        return cls(v, math.nan if lo is None else float(lo), math.nan if hi is None else float(hi),
-                   bool(row.get("ci_includes_1", True)))
+        return cls(v, math.nan if lo is None else float(lo), math.nan if hi is None else float(hi), present.no_difference(row))
 
 
 def _figure(width: float, height: float) -> Any:
@@ -88,7 +90,7 @@ def _bars(ax: Any, groups: Sequence[str], series: Sequence[str], cells: dict[tup
         if xs:
             ax.errorbar(xs, [ref + h for h in hs], yerr=errs, fmt="none", ecolor="black", elinewidth=0.9, capsize=2)
         for x, y, up in stars:
-            ax.annotate("*", (x, y), xytext=(0, 2 if up else -10), textcoords="offset points", ha="center",
+            ax.annotate(present.MARK, (x, y), xytext=(0, 2 if up else -10), textcoords="offset points", ha="center",
                         fontsize=11, fontweight="bold")
     ax.axhline(ref, color="black", linewidth=0.8)
     span = max(max(highs) - min(lows), 0.02)
@@ -164,7 +166,7 @@ def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int
                 ax.text(j, i, "–", ha="center", va="center", fontsize=9, color="#666666")
                 continue
             strong = abs(cell.value - center) > 0.6 * dev
-            ax.text(j, i, f"{cell.value:.3f}{'*' if cell.star else ''}", ha="center", va="center", fontsize=9,
+            ax.text(j, i, present.ratio(cell.value) + (present.MARK if cell.star else ""), ha="center", va="center", fontsize=9,
                     color="white" if strong else "black")
     for i, j in diagonal or ():
         ax.add_patch(Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, edgecolor="black", linewidth=1.8))
@@ -177,9 +179,9 @@ def heatmap(rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[int, int
     return png(fig)
 
 
-def matrices(labels: Sequence[str], panels: Sequence[tuple[str, list[list[float | None]], bool]], *, title: str) -> bytes:
-    """Symmetric profile-comparison matrices on 0..1, side by side, one panel per (title, values, is_similarity):
-    similarities (cosines) dark where low, distances dark where high."""
+def matrices(labels: Sequence[str], panels: Sequence[tuple[str, list[list[float | None]], bool]], *, title: str | None = None) -> bytes:
+    """Symmetric profile-comparison matrices on 0..1 as heatmaps, side by side, one panel per (title, values,
+    is_similarity): similarities (cosines) dark where low, distances dark where high."""
     import numpy as np
     from matplotlib import colormaps
 
@@ -201,7 +203,8 @@ def matrices(labels: Sequence[str], panels: Sequence[tuple[str, list[list[float 
         ax.set_yticks(range(n), labels if k == 0 else [])
         ax.set_title(_wrap(name, side + 0.9), fontsize=10)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
-    fig.suptitle(title, fontsize=11)
+    if title:
+        fig.suptitle(title, fontsize=11)
     return png(fig)
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 from typing import Any
 
 from kpgo import __version__
 from kpgo.report.model import Figure, Report, Section, Table
+from kpgo.report.present import html_escape, html_table, md_cell, md_escape, md_table
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f; background: #fff; margin: 0; }
@@ -35,88 +35,61 @@ code { font-size: 0.92em; }
 """
 
 
-def _esc(s: Any) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _table_html(t: Table) -> str:
-    kv = ' class="kv"' if t.header == ["", ""] else ""
-    num = ' class="num"'
-    out = [f'<div class="table"><table{kv}>', "<thead><tr>"]
-    out += [f"<th{num if n else ''}>{_esc(h)}</th>" for h, n in zip(t.header, t.numeric)]
-    out.append("</tr></thead><tbody>")
-    for row in t.rows:
-        out.append("<tr>" + "".join(f"<td{num if n else ''}>{_esc(c)}</td>" for c, n in zip(row, t.numeric)) + "</tr>")
-    out.append(f'</tbody></table><p class="caption">{_esc(t.caption)}</p></div>')
-    return "\n".join(out)
-
-
 def _figure_html(f: Figure, n: int) -> str:
     data = base64.b64encode(f.png).decode("ascii")
-    return (f'<figure id="fig-{_esc(f.id)}"><img src="data:image/png;base64,{data}" alt="{_esc(f.alt)}">'
-            f"<figcaption>Figure {n}. {_esc(f.caption)}</figcaption></figure>")
+    return (f'<figure id="fig-{html_escape(f.id)}"><img src="data:image/png;base64,{data}" alt="{html_escape(f.alt)}">'
+            f"<figcaption>Figure {n}. {html_escape(f.caption)}</figcaption></figure>")
 
 
 def html_page(r: Report) -> str:
-    nav = "".join(f'<li value="{s.number}"><a href="#{_esc(s.id)}">{_esc(s.title)}</a></li>' for s in r.sections)
+    nav = "".join(f'<li value="{s.number}"><a href="#{html_escape(s.id)}">{html_escape(s.title)}</a></li>' for s in r.sections)
     body = [
-        f"<h1>{_esc(r.title)}</h1>",
-        f'<p class="meta">Run directory: <code>{_esc(r.run_dir)}</code> · kpgo {_esc(__version__)} · '
+        f"<h1>{html_escape(r.title)}</h1>",
+        f'<p class="meta">Run directory: <code>{html_escape(r.run_dir)}</code> · kpgo {html_escape(__version__)} · '
         "regenerate with <code>kpgo report RUN_DIR</code></p>",
-        f'<p class="skipped">{_esc(r.skipped_line())}</p>',
+        f'<p class="skipped">{html_escape(r.skipped_line())}</p>',
         f"<nav><ol>{nav}</ol></nav>",
     ]
     fig_no = 0
     for s in r.sections:
-        body.append(f'<section id="{_esc(s.id)}"><h2>{s.number}. {_esc(s.title)}</h2>')
-        body.append(f'<p class="measured">{_esc(s.measured)}</p>')
+        body.append(f'<section id="{html_escape(s.id)}"><h2>{s.number}. {html_escape(s.title)}</h2>')
+        body.append(f'<p class="measured">{html_escape(s.measured)}</p>')
         for b in s.blocks:
             if isinstance(b, Table):
-                body.append(_table_html(b))
+                body.append(html_table(b))
             elif isinstance(b, Figure):
                 fig_no += 1
                 body.append(_figure_html(b, fig_no))
             else:
-                body.append(f"<p>{_esc(b)}</p>")
+                body.append(f"<p>{html_escape(b)}</p>")
         body.append("</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{_esc(r.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+            f"<title>{html_escape(r.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
             + "\n".join(body) + "\n</main>\n</body>\n</html>\n")
-
-
-def _md(s: Any) -> str:
-    """Text safe in Markdown: a literal '*' (the no-difference mark) must not start a list or emphasis."""
-    return str(s).replace("*", "\\*")
-
-
-def _md_cell(s: Any) -> str:
-    return _md(s).replace("|", "\\|").replace("\n", " ")
 
 
 def _table_md(t: Table) -> list[str]:
     head = t.header if t.header != ["", ""] else ["item", "value"]
     # The caption goes above the table in Markdown, where a reader scrolling a plain file meets it first.
-    lines = [f"*{_md_cell(t.caption)}*", "", "| " + " | ".join(_md_cell(h) for h in head) + " |",
-             "|" + "|".join("---:" if n else "---" for n in t.numeric) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
-    return [*lines, ""]
+    table = md_table([md_cell(h) for h in head], [[md_cell(c) for c in row] for row in t.rows], t.numeric)
+    return [f"*{md_cell(t.caption)}*", "", *table, ""]
 
 
 def markdown(r: Report) -> str:
     lines = [f"# {r.title}", "", f"Run directory: `{r.run_dir}` · kpgo {__version__} · figures in report.html", "",
-             _md(r.skipped_line()), ""]
+             md_escape(r.skipped_line()), ""]
     fig_no = 0
     for s in r.sections:
-        lines += [f"## {s.number}. {s.title}", "", f"> {_md(s.measured)}", ""]
+        lines += [f"## {s.number}. {s.title}", "", f"> {md_escape(s.measured)}", ""]
         for b in s.blocks:
             if isinstance(b, Table):
                 lines += _table_md(b)
             elif isinstance(b, Figure):
                 fig_no += 1
-                lines += [f"Figure {fig_no} (in report.html): {_md(b.caption)}", ""]
+                lines += [f"Figure {fig_no} (in report.html): {md_escape(b.caption)}", ""]
             else:
-                lines += [_md(b), ""]
+                lines += [md_escape(b), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -10,16 +10,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kpgo.report import figures, measure
-from kpgo.report import model as m
+from kpgo import bench
+from kpgo.report import figures, measure, present
 from kpgo.report.figures import Cell
 from kpgo.report.load import RunData
-from kpgo.report.model import Figure, Section, Skipped, Table
+from kpgo.report.model import Figure, Heading, Section, Skipped, Table
 
-UNIVERSAL = ("universal-raw", "universal-norm")
-SIM_COUNTS = (("insns", "instructions/op"), ("l1i_misses", "L1i misses/op"), ("itlb_misses", "iTLB misses/op"))
-SIM_SHARES = (("kernel_insn_share", "instructions"), ("kernel_l1i_share", "L1i misses"), ("kernel_itlb_share", "iTLB misses"))
-STAR = "* the 95% CI includes 1.0: no difference shown at this sample size."
+# Every section registered once, in report order; report.md, report.html, report.json and the skipped line take
+# their number, id and title from here.
+HEADLINE = Heading(0, "headline", "Headline")
+HEADER = Heading(1, "header", "Run")
+SPEEDUP = Heading(2, "speedup", "Speedup")
+SIM = Heading(3, "sim", "Simulated counters")
+UNIVERSAL = Heading(4, "universal", "Universal vs app-specific")
+CROSS = Heading(5, "cross", "Cross-application")
+SENSITIVITY = Heading(6, "sensitivity", "Workload sensitivity")
+SIMILARITY = Heading(7, "similarity", "Profile similarity")
+KERNEL_SHARE = Heading(8, "kernel_share", "Kernel share")
+CODE_SIZE = Heading(9, "code_size", "Code size and top functions")
+PROOF = Heading(10, "proof", "Proof that GCC used the profile")
+COMPARE = Heading(11, "compare", "Comparison with another run")  # only with --compare (kpgo.report.compare)
+
+UNIVERSAL_KERNELS = ("universal-raw", "universal-norm")
+SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses")  # the simulated counts of section 3's tables
+FOOTNOTE = present.footnote() + "."
 
 
 class Context:
@@ -133,26 +147,19 @@ def header(ctx: Context) -> Section | Skipped:
         data["note"] = res["note"]
     how = f"Guests under {accel}" if accel != "bare metal" else "Bare metal"
     how += "; wall-clock throughput" + ("; simulated counters" if sim else "") if res is not None else "; no bench results"
-    return Section("header", 1, "Run", how + ".", blocks, data)
+    return Section(HEADER, how + ".", blocks, data)
 
 
 # -- 0. headline ---------------------------------------------------------------------------------------------------
 
-HEADLINE_SIM = (("kernel_insns_per_op", "kernel instructions/op"), ("kernel_l1i_misses_per_op", "kernel L1i misses/op"),
-                ("kernel_taken_branches_per_op", "kernel taken branches/op"))
-
-
 def headline(ctx: Context) -> Section | Skipped:
     """The three questions a user asks first, each one sentence and one figure: did GCC use the profile; how much
     less work per operation does the kernel do (simulated counters on TCG, wall-clock with KVM); how was it measured."""
-    from kpgo import bench
-
-    title = "Headline"
     res, run = ctx.data.results, ctx.data.run or {}
     proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
               if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
     if res is None and not proofs:
-        return Skipped("headline", 0, title, "no bench/results.json and no proof in run.json")
+        return Skipped(HEADLINE, "no bench/results.json and no proof in run.json")
     blocks: list[Any] = []
     data: dict[str, Any] = {}
     # 1. Did GCC use the profile?
@@ -163,8 +170,8 @@ def headline(ctx: Context) -> Section | Skipped:
         blocks.append(f"Did GCC use the profile? {'Yes' if ok else 'Not everywhere'}: in each of the {len(proofs)} optimized "
                       f"build(s), GCC's own profile dump shows it read the counts of at least {ratios[lo]:.1%} of the objects "
                       f"with a non-empty profile (lowest: {lo}; a build below {float(next(iter(proofs.values())).get('threshold') or 0.95):.0%} "
-                      "fails; section 10).")
-        blocks.append(Figure("headline-proof", "Share of the objects with a non-empty profile whose counts GCC read, per "
+                      f"fails; section {PROOF.number}).")
+        blocks.append(Figure(f"{HEADLINE.id}-proof", "Share of the objects with a non-empty profile whose counts GCC read, per "
                              "optimized build. Measured: GCC's own -fdump-ipa-profile dumps at build time, object by object; "
                              "no guest involved, so it holds alike for KVM, TCG or bare metal.",
                              "Bar chart: objects whose gcov profile GCC read, per optimized build",
@@ -173,7 +180,7 @@ def headline(ctx: Context) -> Section | Skipped:
                                                    threshold=float(next(iter(proofs.values())).get("threshold") or 0.95))))
         data["proof"] = {n: {"ratio": r, "ok": bool(proofs[n].get("ok"))} for n, r in ratios.items()}
     if res is None:
-        return Section("headline", 0, title, "No bench results: only the proof.", blocks, data)
+        return Section(HEADLINE, "No bench results: only the proof.", blocks, data)
     base = res["baseline"]
     wls = list(res["workloads"])
     simulated_headline = measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated"
@@ -182,35 +189,36 @@ def headline(ctx: Context) -> Section | Skipped:
         how = measure.sim(res, ctx.data.run)
         geo = res.get("sim_own_geomean") or bench.own_sim_geomean(res)
         own = {n: (res["workloads"][n].get("sim") or {}).get(f"optimized-{n}") for n in wls}
-        parts = [f"{label} ×{m.ratio_ci(geo[k])}" for k, label in HEADLINE_SIM if k in geo]
+        parts = [f"{present.metric_title(k)} ×{present.ratio_ci(geo[k])}" for k in bench.SIM_HEADLINE if k in geo]
         ranges = []
-        for k, label in HEADLINE_SIM[:2]:
+        for k in bench.SIM_HEADLINE[:2]:
             vals = {n: o[k]["ratio"] for n, o in own.items() if o and k in o}
             if vals:
                 a, b = min(vals, key=lambda n: vals[n]), max(vals, key=lambda n: vals[n])
-                ranges.append(f"{label} from ×{vals[a]:.3f} ({a}) to ×{vals[b]:.3f} ({b})")
+                ranges.append(f"{present.metric_title(k)} from ×{present.ratio(vals[a])} ({a}) to ×{present.ratio(vals[b])} ({b})")
         blocks.append(f"How much less work does the kernel do per operation? On its own workload, the app-specific kernel "
                       f"relative to {base}, geometric mean over {len(next(iter(geo.values()))['workloads']) if geo else 0} workload(s): "
-                      + ("; ".join(parts) or "–") + (". Per workload: " + "; ".join(ranges) if ranges else "") + ". (< 1: fewer events; "
-                      "* the 95% CI includes 1.0.)")
+                      + ("; ".join(parts) or "–") + (". Per workload: " + "; ".join(ranges) if ranges else "")
+                      + f". (< 1: fewer events; {present.footnote(meaning='')}.)")
         panels = []
-        for k, label in HEADLINE_SIM:
+        for k in bench.SIM_HEADLINE:
             cells = {(n, "app-specific"): c for n, o in own.items() if o and (c := Cell.of(o.get(k))) is not None}
             if k in geo and (c := Cell.of(geo[k])) is not None:
                 cells[("geomean", "app-specific")] = c
             if cells:  # results from before a counter existed (taken branches) have none
-                panels.append((label, cells))
+                panels.append((present.metric_title(k), cells))
         groups = [n for n in wls if own.get(n)] + (["geomean"] if geo else [])
         if groups and panels:
-            blocks.append(Figure("headline-work", f"Simulated kernel events per operation of each app-specific kernel on its own "
+            blocks.append(Figure(f"{HEADLINE.id}-work", f"Simulated kernel events per operation of each app-specific kernel on its own "
                                  f"workload relative to {base}, and their geometric mean (bars start at 1.0; < 1 = fewer; whiskers: "
-                                 f"95% CI; * the CI includes 1.0). {how}",
+                                 f"95% CI; {present.footnote('CI', '')}). {how}",
                                  f"Bar charts: kernel instructions, L1i misses and taken branches per operation relative to {base} (simulated)",
                                  figures.bar_panels(panels, groups, ["app-specific"],
                                                     title=f"App-specific kernel relative to {base}, per operation (simulated)",
                                                     ylabel=f"ratio to {base}")))
-        data["work"] = {"metric": "simulated", "geomean": geo, "workloads": {n: {k: o.get(k) for k, _ in HEADLINE_SIM} for n, o in own.items() if o}}
-        metric_key, metric_label = HEADLINE_SIM[0]
+        data["work"] = {"metric": "simulated", "geomean": geo, "workloads": {n: {k: o.get(k) for k in bench.SIM_HEADLINE} for n, o in own.items() if o}}
+        metric_key = bench.SIM_HEADLINE[0]
+        metric_label = present.metric_title(metric_key)
         per_boot: dict[tuple[str, str], list[float]] = {
             (x["workload"], "vanilla" if x["kernel"] == base else "app-specific"): [] for x in res.get("samples", [])}
         for x in res.get("samples", []):
@@ -221,11 +229,11 @@ def headline(ctx: Context) -> Section | Skipped:
         geo_w = res.get("geomean") or {}
         own_rows = {n: rows_by_kernel(res["workloads"][n]).get(f"optimized-{n}") for n in wls}
         cells = {(n, "app-specific"): c for n, r in own_rows.items() if r and (c := Cell.of(speedup_of(r))) is not None}
-        parts = [f"{n} {m.ratio_ci(speedup_of(r))}" for n, r in own_rows.items() if r]
+        parts = [f"{n} {present.ratio_ci(speedup_of(r))}" for n, r in own_rows.items() if r]
         blocks.append(f"How much faster is the kernel? Wall-clock speedup of each app-specific kernel over {base} on its own "
-                      f"workload: " + ("; ".join(parts) or "–") + ". (> 1 better; * the 95% CI includes 1.0.)")
+                      f"workload: " + ("; ".join(parts) or "–") + f". (> 1 better; {present.footnote(meaning='')}.)")
         if cells:
-            blocks.append(Figure("headline-work", f"Wall-clock speedup of each app-specific kernel over {base} on its own workload "
+            blocks.append(Figure(f"{HEADLINE.id}-work", f"Wall-clock speedup of each app-specific kernel over {base} on its own workload "
                                  f"(bars start at 1.0; whiskers: 95% CI). {how}", f"Bar chart: app-specific speedup over {base}, wall-clock",
                                  figures.bar_chart([n for n in wls if (n, "app-specific") in cells], ["app-specific"], cells,
                                                    title=f"App-specific kernel, speedup over {base} (wall-clock)", ylabel=f"speedup over {base}")))
@@ -239,13 +247,13 @@ def headline(ctx: Context) -> Section | Skipped:
     des = res.get("design") or {}
     meas = res.get("measurement") or {}
     blocks.append(f"How was it measured? {measure.accelerator(res, ctx.data.run)}; "
-                  + ("simulated counters are the headline here (wall-clock under TCG is indicative only, section 2)" if simulated_headline
+                  + (f"simulated counters are the headline here (wall-clock under TCG is indicative only, section {SPEEDUP.number})" if simulated_headline
                      else "wall-clock throughput") + f"; {des.get('boots_per_kernel', '?')} boot(s) per kernel and workload in "
                   f"{des.get('order_name', 'random')} order, a warm-up discarded per boot, 95% CIs by bootstrap over boots; "
                   + (measure.ops_how(res) + " as the per-operation divisor." if simulated_headline else "") + " Every boot is a dot below.")
     groups = [n for n in wls if per_boot.get((n, "vanilla")) and per_boot.get((n, "app-specific"))]
     if groups:
-        blocks.append(Figure("headline-boots", f"Every boot's {metric_label} relative to the mean of {base}'s boots of the same "
+        blocks.append(Figure(f"{HEADLINE.id}-boots", f"Every boot's {metric_label} relative to the mean of {base}'s boots of the same "
                              f"workload (dots; bars: means): the spread behind each ratio. {how}",
                              f"Dot plot: per-boot {metric_label} of {base} and the app-specific kernel "
                              f"({'simulated' if simulated_headline else 'wall-clock'}, guests under {measure.short_accelerator(res, ctx.data.run)})",
@@ -253,7 +261,7 @@ def headline(ctx: Context) -> Section | Skipped:
                                             title=f"Per-boot {metric_label}, relative to {base}'s mean", ylabel=f"relative to {base}")))
     data["measured"] = {"accelerator": meas.get("accelerator"), "headline": "simulated" if simulated_headline else "wall-clock",
                         "boots_per_kernel": des.get("boots_per_kernel"), "ops_methods": meas.get("ops_methods")}
-    return Section("headline", 0, title, how, blocks, data)
+    return Section(HEADLINE, how, blocks, data)
 
 
 # -- 2. speedup ----------------------------------------------------------------------------------------------------
@@ -262,7 +270,7 @@ def headline(ctx: Context) -> Section | Skipped:
 def speedup(ctx: Context) -> Section | Skipped:
     res = ctx.data.results
     if res is None:
-        return Skipped("speedup", 2, "Speedup", "no bench/results.json")
+        return Skipped(SPEEDUP, "no bench/results.json")
     base = res["baseline"]
     order = kernel_order(res)
     series = order[1:]
@@ -271,7 +279,7 @@ def speedup(ctx: Context) -> Section | Skipped:
     blocks: list[Any] = []
     if accel == "QEMU TCG" and measure.has_sim(res):
         blocks.append("Guests ran under QEMU TCG: these wall-clock ratios are indicative only; the simulated counters "
-                      "(section 3) are the headline on this machine.")
+                      f"(section {SIM.number}) are the headline on this machine.")
     rows = []
     cells: dict[tuple[str, str], Cell] = {}
     for name, w in res["workloads"].items():
@@ -281,8 +289,8 @@ def speedup(ctx: Context) -> Section | Skipped:
             if r is None:
                 continue
             s = speedup_of(r)
-            rows.append([name, str(w.get("unit", "")), k, str(r.get("n", "–")), m.num(r.get("mean")), m.num(r.get("sd")),
-                         m.pct(r.get("cv")), "1 (baseline)" if k == base else m.ratio_ci(s)])
+            rows.append([name, str(w.get("unit", "")), k, str(r.get("n", "–")), present.num(r.get("mean")), present.num(r.get("sd")),
+                         present.pct(r.get("cv")), "1 (baseline)" if k == base else present.ratio_ci(s)])
             c = Cell.of(s)
             if k != base and c is not None:
                 cells[(name, k)] = c
@@ -295,26 +303,26 @@ def speedup(ctx: Context) -> Section | Skipped:
         grows = []
         for k in [k for k in order if k in geo] + [k for k in geo if k not in order]:
             g = speedup_of(geo[k] | {"ratio": geo[k].get("speedup")})
-            grows.append([k, m.ratio_ci(g), str(len(g.get("workloads") or [])), ", ".join(g.get("workloads") or [])])
+            grows.append([k, present.ratio_ci(g), str(len(g.get("workloads") or [])), ", ".join(g.get("workloads") or [])])
             c = Cell.of(g)
             if c is not None:
                 cells[("geomean", k)] = c
         groups.append("geomean")
         blocks.append(Table(f"Geometric mean of speedups across workloads, CI by resampling each workload's boots. {how}",
                             ["kernel", "geomean speedup [95% CI]", "workloads", "which"], grows, [False, True, True, False]))
-    blocks.append(STAR + " Speedup = ratio of means oriented so that > 1 is better (for a lower-is-better workload, "
+    blocks.append(FOOTNOTE + " Speedup = ratio of means oriented so that > 1 is better (for a lower-is-better workload, "
                   f"{base}'s mean over the kernel's).")
     if series and cells:
         png = figures.bar_chart(groups, series, cells, title=f"Speedup over {base} ({accel}, wall-clock)",
                                 ylabel=f"speedup over {base} (> 1 better)", separate_last=bool(geo))
         blocks.insert(len(blocks) - 1, Figure(
-            "speedup", f"Speedup of each kernel over {base} per workload and geometric mean (bars start at 1.0; whiskers: "
-            f"95% CI; * the CI includes 1.0: no difference shown). {how}",
+            SPEEDUP.id, f"Speedup of each kernel over {base} per workload and geometric mean (bars start at 1.0; whiskers: "
+            f"95% CI; {present.footnote('CI', 'no difference shown')}). {how}",
             f"Bar chart: speedup over {base} per workload with 95% CIs, wall-clock throughput {measure.under(res, ctx.data.run)}", png))
     data = {"baseline": base, "workloads": {n: {"unit": w.get("unit"), "higher_is_better": w.get("higher_is_better"),
                                                 "summary": w["summary"]} for n, w in res["workloads"].items()},
             "geomean": geo}
-    return Section("speedup", 2, "Speedup", how, blocks, data)
+    return Section(SPEEDUP, how, blocks, data)
 
 
 # -- 3. simulated counters -----------------------------------------------------------------------------------------
@@ -323,9 +331,9 @@ def speedup(ctx: Context) -> Section | Skipped:
 def simulated(ctx: Context) -> Section | Skipped:
     res = ctx.data.results
     if res is None:
-        return Skipped("sim", 3, "Simulated counters", "no bench/results.json")
+        return Skipped(SIM, "no bench/results.json")
     if not measure.has_sim(res):
-        return Skipped("sim", 3, "Simulated counters", "the bench recorded no simulated counters")
+        return Skipped(SIM, "the bench recorded no simulated counters")
     base = res["baseline"]
     how = measure.sim(res, ctx.data.run)
     order = kernel_order(res)
@@ -335,65 +343,62 @@ def simulated(ctx: Context) -> Section | Skipped:
     for name, w in res["workloads"].items():
         own = (w.get("sim") or {}).get(f"optimized-{name}")
         if own:
-            parts = [f"{label} ×{m.ratio_ci(own[f'kernel_{c}_per_op'])}" for c, label in
-                     (("insns", "instructions"), ("l1i_misses", "L1i misses"), ("itlb_misses", "iTLB misses")) if own.get(f"kernel_{c}_per_op")]
+            parts = [f"{present.count_title(c)} ×{present.ratio_ci(own[f'kernel_{c}_per_op'])}" for c in SIM_COUNTS if own.get(f"kernel_{c}_per_op")]
             headline.append(f"{name} on optimized-{name}: kernel " + ", ".join(parts))
     if headline:
         blocks.append("Per operation, the app-specific kernel relative to " + base + " (< 1: fewer events): "
                       + "; ".join(headline) + ".")
     panels = []
     for side in ("kernel", "user"):
-        metrics = [(f"{side}_{c}_per_op", label) for c, label in SIM_COUNTS]
-        present = [(k, label) for k, label in metrics
-                   if any(k in mm for w in res["workloads"].values() for mm in (w.get("sim") or {}).values())]
-        if not present:
+        shown = [k for k in (f"{side}_{c}_per_op" for c in SIM_COUNTS)
+                 if any(k in mm for w in res["workloads"].values() for mm in (w.get("sim") or {}).values())]
+        if not shown:
             continue
         header = ["workload", "kernel"]
-        for _, label in present:
-            header += [f"{side} {label}", "ratio [95% CI]"]
+        for key in shown:
+            header += [present.metric_title(key), "ratio [95% CI]"]
         rows = []
         for name, w in res["workloads"].items():
             sim = w.get("sim") or {}
             for k in [k for k in order if k in sim]:
                 row = [name, k]
-                for key, _ in present:
+                for key in shown:
                     v = sim[k].get(key) or {}
-                    row += [m.num(v.get("mean")), "1 (baseline)" if k == base else (m.ratio_ci(v) if v else "–")]
+                    row += [present.num(v.get("mean")), "1 (baseline)" if k == base else (present.ratio_ci(v) if v else "–")]
                 rows.append(row)
         blocks.append(Table(f"{side.capitalize()}-mode events per operation and ratio to {base} (< 1: fewer). {how}",
-                            header, rows, [False, False] + [True] * (2 * len(present))))
-        for key, label in present:
+                            header, rows, [False, False] + [True] * (2 * len(shown))))
+        for key in shown:
             cells = {(name, k): c for name, w in res["workloads"].items() for k, mm in (w.get("sim") or {}).items()
                      if k != base and (c := Cell.of(mm.get(key))) is not None}
-            panels.append((f"{side} {label}", cells))
-    blocks.append(STAR)
+            panels.append((present.metric_title(key), cells))
+    blocks.append(FOOTNOTE)
     if panels and series:
         accel = measure.short_accelerator(res, ctx.data.run)
         png = figures.bar_panels(panels, list(res["workloads"]), series,
                                  title=f"Simulated events per operation relative to {base} (< 1 = fewer)", ylabel=f"ratio to {base}")
         blocks.insert(len(blocks) - 1, Figure(
-            "sim", f"Ratio to {base} of simulated kernel and user instructions, L1i misses and iTLB misses per operation "
-            f"(bars start at 1.0; < 1 = fewer; whiskers: 95% CI; * the CI includes 1.0). {how}",
+            SIM.id, f"Ratio to {base} of simulated kernel and user instructions, L1i misses and iTLB misses per operation "
+            f"(bars start at 1.0; < 1 = fewer; whiskers: 95% CI; {present.footnote('CI', '')}). {how}",
             f"Bar charts: simulated counters per operation relative to {base} (simulated, not wall-clock; guests under {accel})", png))
     data = {"baseline": base, "measurement": res.get("measurement"),
             "workloads": {n: w.get("sim") for n, w in res["workloads"].items() if w.get("sim")}}
-    return Section("sim", 3, "Simulated counters", how, blocks, data)
+    return Section(SIM, how, blocks, data)
 
 
 # -- 4. universal vs app-specific vs vanilla -----------------------------------------------------------------------
 
 
 def universal(ctx: Context) -> Section | Skipped:
-    title = "Universal vs app-specific"
     res = ctx.data.results
     if res is None:
-        return Skipped("universal", 4, title, "no bench/results.json")
+        return Skipped(UNIVERSAL, "no bench/results.json")
     base = res["baseline"]
     order = kernel_order(res)
-    unis = [u for u in UNIVERSAL if u in order]
+    unis = [u for u in UNIVERSAL_KERNELS if u in order]
     own = [w for w in res["workloads"] if f"optimized-{w}" in rows_by_kernel(res["workloads"][w])]
     if not unis or not own:
-        return Skipped("universal", 4, title, "no universal-raw/universal-norm kernels" if not unis
+        return Skipped(UNIVERSAL, "no universal-raw/universal-norm kernels" if not unis
                        else "no optimized-<workload> kernel measured on its workload")
     metric = headline_metric(res)  # the figure: simulated kernel instructions/op on TCG, else wall-clock speedup
     series = ["app-specific"] + unis
@@ -405,7 +410,7 @@ def universal(ctx: Context) -> Section | Skipped:
     data: dict[str, Any] = {"baseline": base, "metric": metric or "wall-clock speedup"}
     for mt in ([metric, None] if metric else [None]):
         how = measure.sim(res, ctx.data.run) if mt else measure.wall(res, ctx.data.run)
-        name = f"simulated {dict(HEADLINE_SIM)[mt]}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
+        name = f"simulated {present.metric_title(mt)}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
         cells: dict[tuple[str, str], Cell] = {}
         rows = []
         per: dict[str, Any] = {}
@@ -415,7 +420,7 @@ def universal(ctx: Context) -> Section | Skipped:
                 continue
             # Universal-norm against app-specific directly: the gap the published work left (points of the ratio).
             gap = (picks["universal-norm"]["ratio"] - picks["app-specific"]["ratio"]) if picks.get("universal-norm") and picks["app-specific"] else None
-            rows.append([wl, f"optimized-{wl}" if picks["app-specific"] else "–"] + [m.ratio_ci(r) if r else "–" for r in picks.values()]
+            rows.append([wl, f"optimized-{wl}" if picks["app-specific"] else "–"] + [present.ratio_ci(r) if r else "–" for r in picks.values()]
                         + ["–" if gap is None else f"{gap * 100:+.1f}"])
             per[wl] = {s_: r for s_, r in picks.items() if r}
             for s_, r in picks.items():
@@ -424,17 +429,17 @@ def universal(ctx: Context) -> Section | Skipped:
                     cells[(wl, s_)] = c
         if mt:
             geo = res.get("sim_geomean") or {}
-            gl = [m.ratio_ci(geo[u][mt]) if mt in geo.get(u, {}) else "–" for u in unis]
+            gl = [present.ratio_ci(geo[u][mt]) if mt in geo.get(u, {}) else "–" for u in unis]
         else:
             geo = res.get("geomean") or {}
-            gl = [m.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis]
+            gl = [present.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis]
         if any(x != "–" for x in gl):
             rows.append(["geomean", "–", "–"] + gl + ["–"])
         if mt == metric:
             png = figures.bar_chart(list(per), series, cells, title=f"App-specific and universal profiles: {name} ({accel})",
                                     ylabel=f"ratio to {base}" if mt else f"speedup over {base} (> 1 better)")
-            blocks.append(Figure("universal", f"{name[0].upper() + name[1:]} per workload of the app-specific kernel and the "
-                                 f"universal kernels (bars start at 1.0; whiskers: 95% CI; * the CI includes 1.0). {how}",
+            blocks.append(Figure(UNIVERSAL.id, f"{name[0].upper() + name[1:]} per workload of the app-specific kernel and the "
+                                 f"universal kernels (bars start at 1.0; whiskers: 95% CI; {present.footnote('CI', '')}). {how}",
                                  f"Bar chart: app-specific vs universal kernels, {name}, "
                                  f"{'simulated counters' if mt else 'wall-clock throughput'} {measure.under(res, ctx.data.run)}", png))
             data["workloads"] = per
@@ -445,8 +450,8 @@ def universal(ctx: Context) -> Section | Skipped:
                             f"of the ratio" + (" — indicative only under TCG" if mt is None and metric else "") + f". {how}",
                             ["workload", "app-specific kernel", "app-specific"] + unis + ["norm − app (points)"], rows,
                             [False, False] + [True] * (2 + len(unis))))
-    blocks.append(STAR)
-    return Section("universal", 4, title, measure.sim(res, ctx.data.run) if metric else measure.wall(res, ctx.data.run), blocks, data)
+    blocks.append(FOOTNOTE)
+    return Section(UNIVERSAL, measure.sim(res, ctx.data.run) if metric else measure.wall(res, ctx.data.run), blocks, data)
 
 
 # -- 5./6. heatmaps of kernels optimized for one workload measured on another ---------------------------------------
@@ -456,7 +461,7 @@ def headline_metric(res: dict[str, Any]) -> str | None:
     """The simulated metric the comparisons lead with where simulated counters are the machine's headline (TCG), or
     None for wall-clock speedup (KVM, or no simulated counters)."""
     if measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated":
-        return HEADLINE_SIM[0][0]
+        return bench.SIM_HEADLINE[0]
     return None
 
 
@@ -468,7 +473,7 @@ def _metric_cell(res: dict[str, Any], wl: str, kernel: str, metric: str | None) 
     return ((res["workloads"][wl].get("sim") or {}).get(kernel) or {}).get(metric)
 
 
-def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str, number: int, title: str,
+def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, heading: Heading,
                     rows: list[str], cols: list[str], diag: Callable[[str, str], bool], what: str) -> Section:
     """The heatmap in the machine's headline metric (simulated kernel instructions/op on TCG, else wall-clock
     speedup); the tables give it and the other metric."""
@@ -480,7 +485,7 @@ def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str,
     data: dict[str, Any] = {"baseline": base, "rows": rows, "cols": cols, "metric": metric or "wall-clock speedup"}
     for mt in metrics:
         how = measure.sim(res, run) if mt else measure.wall(res, run)
-        name = f"simulated {dict(HEADLINE_SIM)[mt]}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
+        name = f"simulated {present.metric_title(mt)}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
         cells: dict[tuple[int, int], Cell] = {}
         trows = []
         grid: list[list[dict[str, Any] | None]] = []
@@ -490,7 +495,7 @@ def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str,
             for j, wl in enumerate(cols):
                 s = _metric_cell(res, wl, k, mt)
                 grow.append(s)
-                trow.append(m.ratio_ci(s) if s else "–")
+                trow.append(present.ratio_ci(s) if s else "–")
                 c = Cell.of(s)
                 if c is not None:
                     cells[(i, j)] = c
@@ -498,12 +503,12 @@ def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str,
             grid.append(grow)
         if mt == metric:  # the figure: the headline metric
             diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
-            png = figures.heatmap(rows, cols, cells, title=f"{title}: {name} ({accel})", xlabel="workload measured",
+            png = figures.heatmap(rows, cols, cells, title=f"{heading.title}: {name} ({accel})", xlabel="workload measured",
                                   ylabel="kernel (profile of)", diagonal=diagonal, lower_is_better=mt is not None,
                                   scale=f"ratio to {base} (< 1 = fewer events)" if mt else "speedup (1 = same as baseline)")
-            blocks.append(Figure(ident, f"{name[0].upper() + name[1:]} of each kernel (rows) on each workload (columns); framed: "
-                                 f"the kernel on the workload it was optimized for; * the 95% CI includes 1.0; – not measured. {how}",
-                                 f"Heatmap: {title.lower()}, {name}, {'simulated counters' if mt else 'wall-clock throughput'} "
+            blocks.append(Figure(heading.id, f"{name[0].upper() + name[1:]} of each kernel (rows) on each workload (columns); framed: "
+                                 f"the kernel on the workload it was optimized for; {present.footnote(meaning='')}; – not measured. {how}",
+                                 f"Heatmap: {heading.title.lower()}, {name}, {'simulated counters' if mt else 'wall-clock throughput'} "
                                  f"{measure.under(res, run)}", png))
             data["cells"] = grid
         else:
@@ -511,41 +516,39 @@ def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, ident: str,
         blocks.append(Table(f"{name[0].upper() + name[1:]} [95% CI], kernel (row) on workload (column)"
                             + (" — indicative only under TCG" if mt is None and metric else "") + f". {how}",
                             ["kernel"] + cols, trows, [False] + [True] * len(cols)))
-    blocks.append(STAR)
-    return Section(ident, number, title, measure.sim(res, run) if metric else measure.wall(res, run), blocks, data)
+    blocks.append(FOOTNOTE)
+    return Section(heading, measure.sim(res, run) if metric else measure.wall(res, run), blocks, data)
 
 
 def cross(ctx: Context) -> Section | Skipped:
-    title = "Cross-application"
     res = ctx.data.results
     if res is None:
-        return Skipped("cross", 5, title, "no bench/results.json")
+        return Skipped(CROSS, "no bench/results.json")
     wls = list(res["workloads"])
     rows = [f"optimized-{a}" for a in wls if any(f"optimized-{a}" in rows_by_kernel(w) for w in res["workloads"].values())]
     off = any(k != f"optimized-{b}" and k in rows_by_kernel(res["workloads"][b]) for k in rows for b in wls)
     if not off:
-        return Skipped("cross", 5, title, "no kernel optimized for one workload was measured on another")
-    return _matrix_section(res, ctx.data.run, "cross", 5, title, rows, wls, lambda k, b: k == f"optimized-{b}",
+        return Skipped(CROSS, "no kernel optimized for one workload was measured on another")
+    return _matrix_section(res, ctx.data.run, CROSS, rows, wls, lambda k, b: k == f"optimized-{b}",
                            "Each kernel optimized with one workload's profile (rows), measured on every workload "
                            "(columns): how well a profile carries over to other applications.")
 
 
 def sensitivity(ctx: Context) -> Section | Skipped:
-    title = "Workload sensitivity"
     res = ctx.data.sensitivity
     if res is None:
-        return Skipped("sensitivity", 6, title, "no studies/sensitivity/results.json")
+        return Skipped(SENSITIVITY, "no studies/sensitivity/results.json")
     cols = sorted(res["workloads"], key=_natural)
     kernels = kernel_order(res)[1:]
     if not kernels:
-        return Skipped("sensitivity", 6, title, "the study measured only its baseline kernel")
+        return Skipped(SENSITIVITY, "the study measured only its baseline kernel")
 
     def own(k: str, c: str) -> bool:  # `kpgo study sensitivity` labels optimized-<workload>+<setting>
         return k == f"optimized-{c}"
 
     rank = {k: min((j for j, c in enumerate(cols) if own(k, c)), default=len(cols)) for k in kernels}
     rows = sorted(kernels, key=lambda k: (rank[k], kernels.index(k)))
-    return _matrix_section(res, ctx.data.run, "sensitivity", 6, title, rows, cols, own,
+    return _matrix_section(res, ctx.data.run, SENSITIVITY, rows, cols, own,
                            "Kernels optimized with profiles of one workload under different settings (rows), measured "
                            "under each setting (columns: <workload>+<setting>): how much the profile depends on the "
                            "workload's parameters. From studies/sensitivity/results.json.")
@@ -557,15 +560,6 @@ def _natural(text: str) -> list[Any]:
 
 
 # -- 7. profile similarity -----------------------------------------------------------------------------------------
-
-SIMILARITY = {
-    "function_cosine": ("Cosine similarity of function execution counts", True),
-    "branch_cosine": ("Cosine similarity of branch execution counts", True),
-    "taken_l0": ("L0 of taken-probability differences (share of common branches differing by more than the threshold)", False),
-    "taken_l1": ("L1 of taken-probability differences (mean absolute difference)", False),
-    "taken_l2": ("L2 of taken-probability differences (root mean square)", False),
-}
-
 
 def _profile_how(ctx: Context) -> str:
     from kpgo.report import profiles
@@ -586,15 +580,14 @@ def _profile_how(ctx: Context) -> str:
 def similarity(ctx: Context) -> Section | Skipped:
     from kpgo.report import profiles
 
-    title = "Profile similarity"
     profs = profiles.fixed_profiles(ctx.data.run_dir, ctx.data.workload_names())
     if len(profs) < 2:
-        return Skipped("similarity", 7, title, f"{len(profs)} fixed profile(s) in profiles/, 2 needed")
+        return Skipped(SIMILARITY, f"{len(profs)} fixed profile(s) in profiles/, 2 needed")
     if not (ctx.data.run_dir / "builds" / "instrumented").is_dir():
-        return Skipped("similarity", 7, title, "no builds/instrumented (its .gcno files are needed)")
+        return Skipped(SIMILARITY, "no builds/instrumented (its .gcno files are needed)")
     a = ctx.analysis()
     if a is None or a.similarity is None:
-        return Skipped("similarity", 7, title, (a.similarity_error if a else None) or "the profiles could not be compared")
+        return Skipped(SIMILARITY, (a.similarity_error if a else None) or "the profiles could not be compared")
     sim = a.similarity
     names = sim["names"]
     how = _profile_how(ctx)
@@ -606,55 +599,53 @@ def similarity(ctx: Context) -> Section | Skipped:
         + (" (From the cache in the report directory: the profiles are unchanged.)" if a.cached else "")]
     mats = sim.get("matrices") or {}
     groups: tuple[tuple[str, tuple[str, ...], str], ...] = (
-        ("similarity-cosine", ("function_cosine", "branch_cosine"), "cosine similarity (1 = same)"),
-        ("similarity-taken", ("taken_l0", "taken_l1", "taken_l2"), "taken-probability distances (0 = same)"))
+        (f"{SIMILARITY.id}-cosine", ("function_cosine", "branch_cosine"), "cosine similarity (1 = same)"),
+        (f"{SIMILARITY.id}-taken", ("taken_l0", "taken_l1", "taken_l2"), "taken-probability distances (0 = same)"))
     for fid, wanted, what in groups:
         keys = [k for k in wanted if mats.get(k) is not None]
         if not keys:
             continue
-        png = figures.matrices(names, [(SIMILARITY[k][0].split(" (")[0], mats[k], SIMILARITY[k][1]) for k in keys],
+        png = figures.matrices(names, [(present.similarity_title(k, short=True), mats[k], present.SIMILARITY[k][1]) for k in keys],
                                title=f"Profile {what}")
-        blocks.append(Figure(fid, "; ".join(SIMILARITY[k][0] for k in keys) + f". {how}",
+        blocks.append(Figure(fid, "; ".join(present.similarity_title(k) for k in keys) + f". {how}",
                              f"Heatmaps: profile {what} between workloads (gcov execution counts, not time)", png))
-    present = [k for k in SIMILARITY if mats.get(k) is not None]
-    pairs = [[names[i], names[j]] + ["–" if mats[k][i][j] is None else f"{mats[k][i][j]:.3f}" for k in present]
+    shown = [k for k in present.SIMILARITY if mats.get(k) is not None]
+    pairs = [[names[i], names[j]] + ["–" if mats[k][i][j] is None else f"{mats[k][i][j]:.3f}" for k in shown]
              for i in range(len(names)) for j in range(i + 1, len(names))]
-    blocks.append(Table(f"Every pair of profiles. {how}", ["profile", "profile"] + present, pairs,
-                        [False, False] + [True] * len(present)))
+    blocks.append(Table(f"Every pair of profiles. {how}", ["profile", "profile"] + shown, pairs,
+                        [False, False] + [True] * len(shown)))
     sizes = sim.get("sizes") or {}
     blocks.append(f"Compared over {sizes.get('functions', '?')} functions, {sizes.get('branch_arcs', '?')} branch arcs and "
                   f"{sizes.get('two_way_branches', '?')} two-way branches in {sizes.get('files', '?')} objects.")
-    return Section("similarity", 7, title, how, blocks, sim)
+    return Section(SIMILARITY, how, blocks, sim)
 
 
 # -- 8. kernel share -----------------------------------------------------------------------------------------------
 
 
 def kernel_share(ctx: Context) -> Section | Skipped:
-    from kpgo import bench
     from kpgo.report import load
 
-    title = "Kernel share"
     path = ctx.data.run_dir / "studies" / "share" / "results.json"
     study = load.read_json(path, "the kernel-share study (`kpgo study share`)")
     res = load.check_results(study, path) if study is not None else ctx.data.results
     source = "studies/share/results.json" if study is not None else "bench/results.json"
     if res is None:
-        return Skipped("kernel_share", 8, title, "no bench/results.json or studies/share/results.json")
+        return Skipped(KERNEL_SHARE, "no bench/results.json or studies/share/results.json")
     base = res["baseline"]
     with_sim = measure.has_sim(res)
     rows = []
     data: dict[str, Any] = {}
     for name, d in bench.kernel_share(res).items():
-        if d["cpu_time"] is None and all(d[k] is None for k, _ in SIM_SHARES):
+        if d["cpu_time"] is None and all(d[k] is None for k in bench.SHARES):
             continue
-        row = [name, m.pct(d["cpu_time"]), m.pct(d["cpu_time_sd"]), str(d["boots"])]
+        row = [name, present.pct(d["cpu_time"]), present.pct(d["cpu_time_sd"]), str(d["boots"])]
         if with_sim:
-            row += [m.pct(d[key]) for key, _ in SIM_SHARES]
+            row += [present.pct(d[key]) for key in bench.SHARES]
         rows.append(row)
         data[name] = d
     if not rows:
-        return Skipped("kernel_share", 8, title, f"the samples of {source} carry no kernel_share")
+        return Skipped(KERNEL_SHARE, f"the samples of {source} carry no kernel_share")
     accel = measure.accelerator(res, ctx.data.run)
     how = (f"Measured on the baseline kernel ({base}), from {source}: share of guest CPU time spent in the kernel "
            "(system + irq + softirq over user + nice + those, from the guest's /proc/stat over the measured window), "
@@ -664,14 +655,14 @@ def kernel_share(ctx: Context) -> Section | Skipped:
            + "; mean over boots.")
     header = ["workload", "kernel share of CPU time", "sd over boots", "boots"]
     if with_sim:
-        header += [f"kernel share of {label} (sim)" for _, label in SIM_SHARES]
+        header += [f"kernel share of {present.metric_title(key)} (sim)" for key in bench.SHARES]
     blocks: list[Any] = [
         "How much of each workload runs in the kernel, the part a kernel profile can speed up (the characterization "
         "of \"One Profile Fits All\")."
         + (" Guest CPU-time accounting under QEMU TCG counts emulated time." if "TCG" in accel else ""),
         Table(f"Kernel share per workload on {base}. {how}", header, rows, [False] + [True] * (len(header) - 1)),
     ]
-    return Section("kernel_share", 8, title, how, blocks, {"baseline": base, "source": source, "workloads": data})
+    return Section(KERNEL_SHARE, how, blocks, {"baseline": base, "source": source, "workloads": data})
 
 
 # -- 9. code size and top functions --------------------------------------------------------------------------------
@@ -680,13 +671,12 @@ def kernel_share(ctx: Context) -> Section | Skipped:
 def code_size(ctx: Context) -> Section | Skipped:
     from kpgo.report import profiles
 
-    title = "Code size and top functions"
     d = ctx.data
     builds = _build_order((d.run or {}).get("builds") or {}, d)
     profs = profiles.fixed_profiles(d.run_dir, d.workload_names())
     instr = d.run_dir / "builds" / "instrumented"
     if not builds and not (profs and instr.is_dir()):
-        return Skipped("code_size", 9, title, "no builds in run.json and no profiles with builds/instrumented")
+        return Skipped(CODE_SIZE, "no builds in run.json and no profiles with builds/instrumented")
     base = d.baseline
     blocks: list[Any] = []
     data: dict[str, Any] = {"builds": {}, "top_functions": {}}
@@ -697,9 +687,9 @@ def code_size(ctx: Context) -> Section | Skipped:
         for label, b in builds.items():
             z = sizes[label]
             fn = z.get("functions_size")
-            rows.append([label, m.size(fn), m.size(z.get("text_span")), m.size(z.get("objects_text")),
-                         m.size(z.get("text_hot")), m.size(z.get("text_unlikely")), m.size(z.get("bzimage")),
-                         m.size(z.get("vmlinux_text")), m.ratio(fn / base_fn) if fn is not None and base_fn else "–"])
+            rows.append([label, present.size(fn), present.size(z.get("text_span")), present.size(z.get("objects_text")),
+                         present.size(z.get("text_hot")), present.size(z.get("text_unlikely")), present.size(z.get("bzimage")),
+                         present.size(z.get("vmlinux_text")), present.ratio(fn / base_fn) if fn is not None and base_fn else "–"])
             data["builds"][label] = {"sizes": z, "seconds": b.get("seconds"),
                                      "functions_vs_baseline": fn / base_fn if fn is not None and base_fn else None}
         blocks.append(Table(
@@ -730,8 +720,8 @@ def code_size(ctx: Context) -> Section | Skipped:
         for i, f in enumerate(top, 1):
             b = before.get(f["function"]) if isinstance(before, dict) else None
             o = after.get(f["function"]) if isinstance(after, dict) else None
-            rows.append([str(i), f["function"], f["object"], f"{f['count']:,}", m.pct(f["share"]),
-                         _sym(b, before), _sym(o, after), (m.size(o.cold) if o.cold else "0") if o else "–"])
+            rows.append([str(i), f["function"], f["object"], f"{f['count']:,}", present.pct(f["share"]),
+                         _sym(b, before), _sym(o, after), (present.size(o.cold) if o.cold else "0") if o else "–"])
             out.append(f | {"size_before": b.size if b else None, "size_after": o.size if o else None,
                             "cold_after": o.cold if o else None, "symbols_before": b.symbols if b else None})
         data["top_functions"][name] = {"optimized_build": opt_label, "functions": out}
@@ -748,8 +738,8 @@ def code_size(ctx: Context) -> Section | Skipped:
                       "symbols of that name, e.g. static copies in several objects); the .cold part is code GCC moved "
                       "out as unlikely; 'inlined' = no symbol of that name (inlined into its callers).")
     if not blocks:
-        return Skipped("code_size", 9, title, "no build sizes and no top functions")
-    return Section("code_size", 9, title, "Static code sizes of the builds" + ("; " + how[len("Measured: "):] if data["top_functions"] else "."),
+        return Skipped(CODE_SIZE, "no build sizes and no top functions")
+    return Section(CODE_SIZE, "Static code sizes of the builds" + ("; " + how[len("Measured: "):] if data["top_functions"] else "."),
                    blocks, data)
 
 
@@ -773,23 +763,22 @@ def _sym(s: Any, table: Any) -> str:
         return "–"
     if s is None or s.symbols == 0:
         return "inlined"
-    return m.size(s.size) + (f" ×{s.symbols}" if s.symbols > 1 else "")
+    return present.size(s.size) + (f" ×{s.symbols}" if s.symbols > 1 else "")
 
 
 # -- 10. proof -----------------------------------------------------------------------------------------------------
 
 
 def proof(ctx: Context) -> Section | Skipped:
-    title = "Proof that GCC used the profile"
     run = ctx.data.run or {}
     proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
               if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
     if not proofs:
-        return Skipped("proof", 10, title, "run.json has no proof" if ctx.data.run else "no run.json")
+        return Skipped(PROOF, "run.json has no proof" if ctx.data.run else "no run.json")
     rows = []
     for n, p in proofs.items():
-        rows.append([n, f"{p.get('objects_used', '–')}/{p.get('objects_nonempty', '–')}", m.pct(p.get("ratio")),
-                     m.pct(p.get("threshold")), str(p.get("functions_read", "–")), str(p.get("functions_giving_up", "–")),
+        rows.append([n, f"{p.get('objects_used', '–')}/{p.get('objects_nonempty', '–')}", present.pct(p.get("ratio")),
+                     present.pct(p.get("threshold")), str(p.get("functions_read", "–")), str(p.get("functions_giving_up", "–")),
                      "yes" if p.get("ok") else "no"])
     how = ("Measured: GCC's own -fdump-ipa-profile dumps of the optimized build, object by object (an object counts as "
            "used when at least one function read its edge counts and none gave up); no run involved.")
@@ -800,7 +789,7 @@ def proof(ctx: Context) -> Section | Skipped:
         "A build below the threshold fails; a changed binary alone proves nothing, since -fprofile-use changes code even "
         "when every .gcda is ignored.",
     ]
-    return Section("proof", 10, title, how, blocks, {"workloads": proofs})
+    return Section(PROOF, how, blocks, {"workloads": proofs})
 
 
 BUILDERS: list[Callable[[Context], Section | Skipped]] = [
