@@ -32,6 +32,7 @@ from pathlib import Path
 
 from kpgo import sim, vm, workloads
 from kpgo.errors import KpgoError
+from kpgo.guest import contract
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "data" / "sim_probe.c"
@@ -69,15 +70,15 @@ def slowdown(args: argparse.Namespace, accel: str) -> None:
         rates = {}
         for tag, config in (("none", None), ("plugin", sim.SimConfig())):
             t = time.monotonic()
-            r = vm.run_agent(args.kernel, work / f"wl-{tag}", {"mode": "bench", "workload": wl, "runs": 1}, guest=GUEST,
+            r = vm.run_agent(args.kernel, work / f"wl-{tag}", contract.Job(mode="bench", workload=wl, runs=1), guest=GUEST,
                              log=work / f"wl-{tag}.log", accel=accel, sim=config)
             print(f"  boot {args.workload} {tag}: {time.monotonic() - t:.1f} s wall", file=sys.stderr)
-            rates[tag] = r["runs"][0]
-        ratios = {k: v / rates["plugin"]["parts"][k] for k, v in rates["none"]["parts"].items()}
+            rates[tag] = r.runs[0]
+        ratios = {k: v / rates["plugin"].parts[k] for k, v in rates["none"].parts.items()}
         for k, v in ratios.items():
             print(f"{args.workload + ' ' + k:26} {'':12} {'':10} {v:8.2f}x   (throughput without / with)")
         geo = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
-        print(f"{args.workload + ' geomean':26} {'':12} {'':10} {geo:8.2f}x   window {rates['none']['seconds']} s -> {rates['plugin']['seconds']} s")
+        print(f"{args.workload + ' geomean':26} {'':12} {'':10} {geo:8.2f}x   window {rates['none'].seconds} s -> {rates['plugin'].seconds} s")
     print(f"(kernel {args.kernel}; logs in {work})")
 
 
@@ -89,9 +90,9 @@ def spread(args: argparse.Namespace, accel: str) -> None:
     rows = []
     for b in range(args.boots):
         t = time.monotonic()
-        r = vm.run_agent(args.kernel, work / f"boot-{b}", {"mode": "bench", "workload": wl, "runs": 1}, guest=GUEST,
+        r = vm.run_agent(args.kernel, work / f"boot-{b}", contract.Job(mode="bench", workload=wl, runs=1), guest=GUEST,
                          log=work / f"boot-{b}.log", accel=accel, sim=sim.SimConfig())
-        w, ops = r["sim"][0], r["runs"][0]["ops"]
+        w, ops = r.sim[0], r.runs[0].ops
         rows.append([w[s][c] / ops for s, c in keys] + [ops, w["kernel_insn_share"]])
         print(f"  boot {b}: {time.monotonic() - t:.1f} s wall, ops {ops:.0f}, window {w['seconds']:.2f} s", file=sys.stderr)
     names = [f"{s} {c}/op" for s, c in keys] + ["ops", "kernel share"]

@@ -13,6 +13,7 @@ from conftest import kpgo
 from kpgo import vm, workloads
 from kpgo.errors import InfraError
 from kpgo.gcov.gcda import ARCS, read_gcda
+from kpgo.guest import contract
 
 pytestmark = pytest.mark.vm
 
@@ -71,7 +72,7 @@ def test_server_that_never_comes_up_ends_cleanly(tiny_run: Path, tmp_path: Path)
     kernel = tiny_run / "builds" / "vanilla" / "arch" / "x86" / "boot" / "bzImage"
     rundir = tmp_path / "guest"
     with pytest.raises(InfraError) as e:
-        vm.run_agent(kernel, rundir, {"mode": "bench", "workload": wl, "runs": 1}, guest=vm.Guest(timeout=600), log=tmp_path / "console.log", accel="tcg")
+        vm.run_agent(kernel, rundir, contract.Job(mode="bench", workload=wl, runs=1), guest=vm.Guest(timeout=600), log=tmp_path / "console.log", accel="tcg")
     assert "(server start)" in e.value.message and "before it was ready" in e.value.message
     assert (tmp_path / "console.log").is_file() and json.loads((rundir / "result.json").read_text())["phase"] == "server start"
     left = subprocess.run(["pgrep", "-f", str(rundir)], capture_output=True, text=True).stdout.split()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kpgo import sim, vm, workloads
+from kpgo.guest import contract
 
 pytestmark = pytest.mark.vm
 
@@ -173,23 +174,23 @@ def test_empty_window_costs_little(probe_windows: list[dict]) -> None:
 def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_path: Path) -> None:
     wl = workloads.load("micro", ["seconds=1", "procs=1"])
     wl["load"] = [s for s in wl["load"] if s["name"] in ("syscall", "pipe", "fork")]  # 3 steps: a short window
-    job = {"mode": "bench", "workload": wl, "runs": 2}
+    job = contract.Job(mode="bench", workload=wl, runs=2)
     t = time.monotonic()
     result = vm.run_agent(tiny_kernel, tmp_path / "guest", job, guest=GUEST, log=tmp_path / "console.log", accel=accel, sim=sim.SimConfig())
     print(f"\nsim workload boot: {time.monotonic() - t:.1f} s; console {tmp_path / 'console.log'}")
-    runs, windows = result["runs"], result["sim"]
+    runs, windows = result.runs, result.sim
     assert len(windows) == len(runs) == 2
     for r, w in zip(runs, windows):
-        print(f"  ops {r['ops']:.0f} seconds {r['seconds']} kernel insns/op {w['kernel']['insns'] / r['ops']:.0f} "
-              f"taken/op {w['kernel']['taken_branches'] / r['ops']:.0f} share {w['kernel_insn_share']:.3f} window {w['seconds']:.2f} s")
+        print(f"  ops {r.ops:.0f} seconds {r.seconds} kernel insns/op {w['kernel']['insns'] / r.ops:.0f} "
+              f"taken/op {w['kernel']['taken_branches'] / r.ops:.0f} share {w['kernel_insn_share']:.3f} window {w['seconds']:.2f} s")
         assert w["closed"] and w["kernel"]["insns"] > 0 and w["user"]["insns"] > 0
         for side in ("user", "kernel"):  # real code: branches taken, at most one per block
             assert 0 < w[side]["taken_branches"] <= w[side]["blocks"]
-        assert r["ops"] > 0
+        assert r.ops > 0
         # `ops` is the exact count stress-ng reports (its bogo ops); the time x rate estimate beside it is the sum
         # over steps of seconds x rate, each step one part here.
-        assert r["ops_method"] == "count"
-        assert r["ops_estimate"] == pytest.approx(sum(r["step_seconds"][k] * v for k, v in r["parts"].items()), rel=0.02)
+        assert r.ops_method == "count"
+        assert r.ops_estimate == pytest.approx(sum(r.step_seconds[k] * v for k, v in r.parts.items()), rel=0.02)
         assert w["kernel_insn_share"] > 0.3  # stress-ng's syscall/pipe/fork stressors live in the kernel
-        assert w["seconds"] >= r["seconds"] * 0.9  # the window spans the load steps
+        assert w["seconds"] >= r.seconds * 0.9  # the window spans the load steps
     assert [w["index"] for w in windows] == [1, 2]

@@ -94,7 +94,7 @@ def test_sim_per_op_divides_each_window_by_its_runs_ops() -> None:
 
     w = {"kernel": {"insns": 800, "l1i_accesses": 300, "l1i_misses": 80, "itlb_misses": 8, "taken_branches": 100},
          "user": {"insns": 200, "l1i_accesses": 60, "l1i_misses": 20, "itlb_misses": 0, "taken_branches": 10}}
-    d = bench.sim_per_op([w, w], [{"ops": 100}, {"ops": 50}], line=64)
+    d = bench.sim_per_op([w, w], [100, 50], line=64)
     assert math.isclose(d["kernel_insns_per_op"], (8 + 16) / 2) and math.isclose(d["kernel_insn_share"], 0.8)
     assert d["kernel_itlb_share"] == 1.0
     assert math.isclose(d["kernel_taken_branches_per_op"], (1 + 2) / 2)

@@ -28,6 +28,7 @@ from typing import Any
 from kpgo import atomic, host, proc, stats, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, KpgoError, UserError
+from kpgo.guest import contract
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 from kpgo.report import present
@@ -112,15 +113,14 @@ def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> lis
     return seq
 
 
-def sim_per_op(windows: list[dict], runs: list[dict], line: int = 64) -> dict[str, float]:
+def sim_per_op(windows: list[dict], ops_per_run: list[float], line: int = 64) -> dict[str, float]:
     """Per-operation counter figures of one boot: each measured run's window divided by that run's
-    operation count (`ops`: exact where the generator reports or fixes it, else time x rate; the run's
+    operation count (its `ops`: exact where the generator reports or fixes it, else time x rate; the run's
     `ops_method` says which, docs/SIM.md), averaged over the runs. `line`: the simulated L1i line size."""
-    if len(windows) != len(runs):
-        raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(runs)} measured run(s)", "see the boot's console log and sim.json")
+    if len(windows) != len(ops_per_run):
+        raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(ops_per_run)} measured run(s)", "see the boot's console log and sim.json")
     per: list[dict[str, float]] = []
-    for w, r in zip(windows, runs):
-        ops = float(r.get("ops") or 0)
+    for w, ops in zip(windows, ops_per_run):
         if ops <= 0:
             raise InfraError("a measured run has no operation count, so counters cannot be given per operation", "see the boot's result.json")
         d = {f"{s}_{c}_per_op": w[s][c] / ops for s in SIM_SIDES for c in SIM_COUNTS}
@@ -216,19 +216,20 @@ def bench(
         elapsed = time.monotonic() - t0
         eta = f", ~{fmt_secs(elapsed / (n - 1) * (len(todo) - n + 1))} left" if n > 1 else ""
         say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
-        job = {"mode": "bench", "workload": spec[w], "runs": design.runs}
+        job = contract.Job(mode="bench", workload=spec[w], runs=design.runs)
         extra = {"sim": sim} if sim is not None else {}
         try:
             result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
-            runs = result["runs"]
-            values = [r["value"] for r in runs]
+            runs = result.runs
+            values = [r.value for r in runs]
+            ops = [r.ops for r in runs]
             rec = {
                 **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
-                "parts": [r["parts"] for r in runs], "secondary": [r["secondary"] for r in runs],
-                "kernel_share": [r["kernel_share"] for r in runs], "ops": [r.get("ops") for r in runs],
-                "ops_method": [r.get("ops_method", "estimate") for r in runs], "ops_estimate": [r.get("ops_estimate") for r in runs],
-                "sim": result.get("sim"), "sim_per_op": sim_per_op(result["sim"], runs, sim.l1i_line) if sim is not None else None,
-                "timings": result["timings"], "placement": result.get("placement"), "sim_boot": result.get("sim_boot"),
+                "parts": [r.parts for r in runs], "secondary": [r.secondary for r in runs],
+                "kernel_share": [r.kernel_share for r in runs], "ops": ops,
+                "ops_method": [r.ops_method for r in runs], "ops_estimate": [r.ops_estimate for r in runs],
+                "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line) if sim is not None else None,
+                "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
             }
         except KpgoError as e:
             # One failing cell does not stop the others; it has no sample, so a rerun boots it again.

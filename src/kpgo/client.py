@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kpgo import proc
 from kpgo.errors import UserError
+from kpgo.guest import contract
 
 GUEST_ADDR = "10.0.2.15"  # QEMU user networking's default guest address
 CONTROL_PORT = 7399  # the agent's control port inside the guest
@@ -118,9 +119,9 @@ class HostClient:
         fwd.append(f"hostfwd=tcp:127.0.0.1:{self.control_port}-{GUEST_ADDR}:{CONTROL_PORT}")
         return f"-netdev user,id=kpgonet,restrict=on,{','.join(fwd)} -device virtio-net-pci,netdev=kpgonet"
 
-    def job(self) -> dict:
+    def job(self) -> contract.Client:
         """What the agent needs: where the client's files are on the host."""
-        return {"where": "host", "rundir": str(self.workdir), "control_port": CONTROL_PORT, "guest_addr": GUEST_ADDR}
+        return contract.Client(where="host", rundir=str(self.workdir), control_port=CONTROL_PORT, guest_addr=GUEST_ADDR)
 
     def prepare(self) -> None:
         """The workload's files (configs the generators read, e.g. memslap.cnf) in the host's run dir."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kpgo import atomic, client, vm, workloads
 from kpgo.errors import KpgoError, UserError
+from kpgo.guest import contract
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
@@ -34,7 +35,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
     with atomic.output_dir(out, replace=replace) as tmp:
         logdir = tmp / "log"
         share = tmp / "guest"
-        job = {"mode": "collect", "workload": workload, "runs": 1, "build_dir": manifest["build_dir"]}
+        job = contract.Job(mode="collect", workload=workload, runs=1, build_dir=manifest["build_dir"])
         where = " (client on the host)" if client.placement_of(workload) == "host" else ""
         say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
         try:
@@ -49,9 +50,10 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
             tf.extractall(tmp, filter="data")
         for raw in share.glob("load-*.txt"):
             shutil.move(raw, logdir / raw.name)
-        atomic.write_json(logdir / "guest-result.json", result)
+        atomic.write_json(logdir / "guest-result.json", result.to_json())
         shutil.rmtree(share)
         info = _profile_info(tmp)
+        run = result.runs[0]
         profile = {
             "kind": "kernel-gcov-profile",
             "kernel_release": manifest["kernel_release"],
@@ -62,22 +64,22 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
             "gcc": manifest["gcc"],
             "gcov_version": info["gcov_version"],
             "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"], "client": client.placement_of(workload)},
-            "placement": result["placement"],
-            "throughput": result["runs"][0]["value"],
-            "throughput_parts": result["runs"][0]["parts"],
-            "secondary": result["runs"][0]["secondary"],
-            "kernel_share": result["runs"][0]["kernel_share"],
-            "window_seconds": result["runs"][0]["seconds"],
+            "placement": result.placement,
+            "throughput": run.value,
+            "throughput_parts": run.parts,
+            "secondary": run.secondary,
+            "kernel_share": run.kernel_share,
+            "window_seconds": run.seconds,
             "accelerator": accel,
             "files": info["files"],
             "arcs_sum": info["arcs_sum"],
-            "guest_timings": result["timings"],
+            "guest_timings": result.timings,
             "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic.write_json(tmp / "profile.json", profile)
     say(
         f"collect {workload['name']}: {info['files']} .gcda files, counter sum {info['arcs_sum']}, "
-        f"{profile['throughput']:.0f} {workload['unit']} (snapshot {result['timings'].get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
+        f"{profile['throughput']:.0f} {workload['unit']} (snapshot {result.timings.get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
     )
     return profile
 

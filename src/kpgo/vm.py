@@ -14,12 +14,13 @@ import re
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kpgo import atomic, client, proc
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, UserError
+from kpgo.guest import contract
 from kpgo.paths import cache_dir
 from kpgo.progress import say
 from kpgo.workloads.install import tools_dir
@@ -126,22 +127,24 @@ def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
     return res
 
 
-def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path, accel: str, sim: simulator.SimConfig | None = None) -> dict:
-    """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return result.json.
+def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, log: Path, accel: str,
+              sim: simulator.SimConfig | None = None) -> contract.Result:
+    """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return its result
+    (result.json) with the host's side of the boot: the placement, and the simulator's windows.
 
     With `sim`, kpgo's QEMU plugin counts each measured run in its own window (the agent opens and
-    closes it around the load steps) and result["sim"] is the list of windows, one per entry of
-    result["runs"], as kpgo.sim.read_windows returns them."""
+    closes it around the load steps) and result.sim is the list of windows, one per entry of
+    result.runs, as kpgo.sim.read_windows returns them."""
     if not SHAREABLE.fullmatch(str(rundir.resolve())):
         raise UserError(f"virtme-ng cannot share {rundir.resolve()} with the guest (it takes only letters, digits, space and _ + / . -)",
                         "choose an output or run directory whose path has no other characters")
     report = rundir / "sim.json"
     cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
-    placement = client.plan(job["workload"], guest.cpus)
+    placement = client.plan(job.workload, guest.cpus)
     net = None
     if placement.client == "host":
-        client.check_ports_free(job["workload"])
-        net = client.HostClient(job["workload"], placement, rundir / "client", log.with_name("client.log"))
+        client.check_ports_free(job.workload)
+        net = client.HostClient(job.workload, placement, rundir / "client", log.with_name("client.log"))
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net)  # checks the kernel first
     if sim is not None:
         prepare_sim(report, accel)
@@ -149,12 +152,12 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
     if sim is not None:
-        job = {**job, "sim": True, "sim_boot": sim.boot}
+        job = replace(job, sim=True, sim_boot=sim.boot)
     if net is not None:
         shutil.rmtree(net.workdir, ignore_errors=True)
         net.prepare()
-        job = {**job, "client": net.job()}
-    atomic.write_json(rundir / "job.json", {**job, "tools_dir": str(tools_dir())})
+        job = replace(job, client=net.job())
+    atomic.write_json(rundir / "job.json", replace(job, tools_dir=str(tools_dir())).to_json())
     result_file = rundir / "result.json"
     for attempt in (1, 2):
         if net is not None:
@@ -179,20 +182,20 @@ def run_agent(kernel: Path, rundir: Path, job: dict, *, guest: Guest, log: Path,
     if not result_file.exists():
         tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
         raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}", f"console log: {log}")
-    result = json.loads(result_file.read_text())
-    result["placement"] = placement.as_json()
-    if not result.get("ok"):
+    result = contract.Result.from_json(json.loads(result_file.read_text()))
+    result.placement = placement.as_json()
+    if not result.ok:
         # The tails of the failing step's output and of the server's log say why, in place.
-        for key, tag in (("output_tail", "output"), ("server_log_tail", "server")):
-            for ln in result.get(key, "").strip().splitlines()[-6:]:
+        for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):
+            for ln in (text or "").strip().splitlines()[-6:]:
                 print(f"  {tag}| {ln}", file=sys.stderr)
-        raise InfraError(f"workload {job['workload']['name']} failed in the guest ({result.get('phase')}): {result.get('error')}", f"console log: {log}")
+        raise InfraError(f"workload {job.workload['name']} failed in the guest ({result.phase}): {result.error}", f"console log: {log}")
     if sim is not None:
         windows = simulator.read_windows(report)
         if sim.boot and windows:
-            result["sim_boot"] = windows.pop(0)  # power-on to the agent's start
-        if len(windows) != len(result["runs"]):
-            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result['runs'])} measured run(s)",
+            result.sim_boot = windows.pop(0)  # power-on to the agent's start
+        if len(windows) != len(result.runs):
+            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
                              f"report: {report}; console log: {log}")
-        result["sim"] = windows
+        result.sim = windows
     return result

@@ -1,15 +1,17 @@
 """kpgo's agent inside the guest (stdlib only; runs under the guest kernel over the host's root).
 
-It reads one JSON job from the shared run directory and runs the workload on a fresh tmpfs:
-files, setup steps, the server (until its TCP port accepts), prepare and warm-up steps, then
-(collect mode) resets the kernel's gcov counters, runs the measured load steps and parses their
-output, (collect mode) snapshots every .gcda into one tar, and writes result.json. With simulated
-counters (job "sim"), each measured run is one window of kpgo's QEMU plugin (kpgo-window).
+It reads its job (job.json in the shared run directory, a contract.Job) and runs the workload on a
+fresh tmpfs: files, setup steps, the server (until its TCP port accepts), prepare and warm-up steps,
+then (collect mode) resets the kernel's gcov counters, runs the measured load steps and parses their
+output, (collect mode) snapshots every .gcda into one tar, and writes result.json (a contract.Result,
+with the phase and the error on any exception). With simulated counters (the job's `sim`), each
+measured run is one window of kpgo's QEMU plugin (kpgo-window).
 One process reads all the .gcda files: under TCG each process spawn costs ~0.3 s and each file
 written over 9p costs more, so a per-file loop would take minutes.
 
 Usage: python3 agent.py JOB.json      (exit 0 on success; result.json holds the details)"""
 
+import importlib.util
 import io
 import json
 import math
@@ -21,7 +23,21 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 
+
+def _load_contract():
+    """contract.py beside this file: the Job and Result classes the host shares. Loaded by path, since in
+    the guest this file runs as a plain script and kpgo is no package to import from there."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contract.py")
+    spec = importlib.util.spec_from_file_location("kpgo_guest_contract", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while they build a class
+    spec.loader.exec_module(module)
+    return module
+
+
+contract = _load_contract()
 GCOV_ROOT = "/sys/kernel/debug/gcov"
 
 
@@ -215,18 +231,18 @@ def measured_run(wl, params, i, outdir, server, window=None):
             run([window, "close"], 60, "closing the simulator window")
     user, kernel = after["user"] - before["user"], after["kernel"] - before["kernel"]
     value = aggregate(list(parts.values()), wl["aggregate"])
-    return {
-        "value": value,
-        "parts": parts,
-        "secondary": secondary,
-        "seconds": round(sum(seconds.values()), 2),
-        "step_seconds": seconds,
-        "ops": round(ops, 1),
-        "ops_method": methods.pop() if len(methods) == 1 else "mixed",
-        "ops_estimate": round(ops_estimate, 1),
-        "kernel_share": round(kernel / (user + kernel), 4) if user + kernel else None,
-        "cpu_ticks": {"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
-    }
+    return contract.Run(
+        value=value,
+        parts=parts,
+        secondary=secondary,
+        seconds=round(sum(seconds.values()), 2),
+        step_seconds=seconds,
+        ops=round(ops, 1),
+        ops_method=methods.pop() if len(methods) == 1 else "mixed",
+        ops_estimate=round(ops_estimate, 1),
+        kernel_share=round(kernel / (user + kernel), 4) if user + kernel else None,
+        cpu_ticks={"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
+    )
 
 
 def gcov_reset():
@@ -286,13 +302,13 @@ def snapshot(prefix, tar_path, timings):
 
 
 class Control:
-    """The control connection to the host client (job "client": the load generator runs on the host,
+    """The control connection to the host client (the job's `client`: the load generator runs on the host,
     kpgo/client.py): the agent sends each client step's command line and gets its status and output."""
 
     def __init__(self, spec):
-        self.rundir = spec["rundir"]  # the client's run dir on the host
-        bring_up_network(spec["guest_addr"])
-        server = socket.create_server((spec["guest_addr"], int(spec["control_port"])))
+        self.rundir = spec.rundir  # the client's run dir on the host
+        bring_up_network(spec.guest_addr)
+        server = socket.create_server((spec.guest_addr, spec.control_port))
         server.settimeout(120)
         print("kpgo-agent: control ready", flush=True)  # the host connects on this line
         try:
@@ -376,23 +392,24 @@ def start_server(spec, params):
 def main(job_path):
     global CONTROL
     print("kpgo-agent: started", flush=True)  # the host tells boot failures from workload failures by this line
-    job = json.load(open(job_path))
-    if job.get("sim_boot"):
+    with open(job_path) as f:
+        job = contract.Job.from_json(json.load(f))
+    if job.sim_boot:
         # The simulator's first window has been open since power-on: the boot ends here.
-        subprocess.run([os.path.join(job.get("tools_dir", ""), "kpgo-window"), "close"], check=False)
+        subprocess.run([os.path.join(job.tools_dir, "kpgo-window"), "close"], check=False)
     outdir = os.path.dirname(os.path.abspath(job_path))
-    result = {"ok": False, "mode": job["mode"], "kernel": os.uname().release, "timings": {}, "runs": []}
+    result = contract.Result(ok=False, mode=job.mode, kernel=os.uname().release)
     t0 = time.monotonic()
     server = None
     rundir = None
     phase = "setup"
     try:
-        wl = job["workload"]
+        wl = job.workload
         rundir = mount_tmpfs()
-        result["env"] = private_home(rundir)
-        host_client = job.get("client", {}).get("where") == "host"
+        result.env = private_home(rundir)
+        host_client = job.client is not None and job.client.where == "host"
         # {listen}: the servers' bind address; a host client arrives through the NIC, not loopback.
-        params = dict(wl["params"], rundir=rundir, tools=job.get("tools_dir", ""), cpus=os.cpu_count() or 1,
+        params = dict(wl["params"], rundir=rundir, tools=job.tools_dir, cpus=os.cpu_count() or 1,
                       listen="0.0.0.0" if host_client else "127.0.0.1")
         write_files(wl.get("files", []), params)
         run_steps(wl.get("setup", []), params, "setup")
@@ -400,30 +417,30 @@ def main(job_path):
             phase = "server start"
             server = start_server(wl["server"], params)
             wait_tcp(fill(wl["server"]["ready_tcp"], params), float(wl["server"].get("ready_timeout", 60)), server)
-        result["timings"]["ready"] = round(time.monotonic() - t0, 2)
+        result.timings["ready"] = round(time.monotonic() - t0, 2)
         phase = "prepare"
         t = time.monotonic()
         run_steps(wl.get("prepare", []), params, "prepare")
-        result["timings"]["prepare"] = round(time.monotonic() - t, 2)
+        result.timings["prepare"] = round(time.monotonic() - t, 2)
         if host_client:
             phase = "host client"
-            CONTROL = Control(job["client"])
+            CONTROL = Control(job.client)
         phase = "warm-up"
         t = time.monotonic()
         run_steps(wl.get("warmup", []), params, "warm-up")
-        result["timings"]["warmup"] = round(time.monotonic() - t, 2)
-        if job["mode"] == "collect":
+        result.timings["warmup"] = round(time.monotonic() - t, 2)
+        if job.mode == "collect":
             ensure_debugfs()
             gcov_reset()
         phase = "load"
-        window = os.path.join(job.get("tools_dir", ""), "kpgo-window") if job.get("sim") else None
-        for i in range(int(job.get("runs", 1))):
-            result["runs"].append(measured_run(wl, params, i, outdir, server, window))
-        if job["mode"] == "collect":
+        window = os.path.join(job.tools_dir, "kpgo-window") if job.sim else None
+        for i in range(job.runs):
+            result.runs.append(measured_run(wl, params, i, outdir, server, window))
+        if job.mode == "collect":
             phase = "snapshot"
             t = time.monotonic()
             tar_tmp = os.path.join(rundir, "gcda.tar")
-            n, nbytes = snapshot(job["build_dir"], tar_tmp, result["timings"])
+            n, nbytes = snapshot(job.build_dir, tar_tmp, result.timings)
             with open(tar_tmp, "rb") as src, open(os.path.join(outdir, "gcda.tar.partial"), "wb") as dst:
                 while True:
                     chunk = src.read(1 << 20)
@@ -431,16 +448,22 @@ def main(job_path):
                         break
                     dst.write(chunk)
             os.rename(os.path.join(outdir, "gcda.tar.partial"), os.path.join(outdir, "gcda.tar"))
-            result["gcda_files"] = n
-            result["gcda_bytes"] = nbytes
-            result["timings"]["snapshot"] = round(time.monotonic() - t, 2)
-        result["ok"] = True
-    except Failure as e:
-        result["error"] = str(e)
-        result["phase"] = phase
-        result["output_tail"] = tail(e.output, 15)
+            result.gcda_files = n
+            result.gcda_bytes = nbytes
+            result.timings["snapshot"] = round(time.monotonic() - t, 2)
+        result.ok = True
+    except Exception as e:
+        # Whatever the exception, the host gets its phase and text in result.json. One the agent did not
+        # foresee (not a Failure) is named by its type, its traceback is the output, and the console has it whole.
+        if isinstance(e, Failure):
+            result.error, output = str(e), e.output
+        else:
+            result.error, output = f"{type(e).__name__}: {e}", traceback.format_exc()
+            print(output, file=sys.stderr, end="", flush=True)
+        result.phase = phase
+        result.output_tail = tail(output, 15)
         try:
-            result["server_log_tail"] = tail(open(os.path.join(rundir, "server.log"), errors="replace").read(), 15)
+            result.server_log_tail = tail(open(os.path.join(rundir, "server.log"), errors="replace").read(), 15)
         except Exception:
             pass
     finally:
@@ -452,12 +475,12 @@ def main(job_path):
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
-        result["timings"]["total"] = round(time.monotonic() - t0, 2)
+        result.timings["total"] = round(time.monotonic() - t0, 2)
         with open(os.path.join(outdir, "result.json.partial"), "w") as f:
-            json.dump(result, f, indent=2)
+            json.dump(result.to_json(), f, indent=2)
         os.rename(os.path.join(outdir, "result.json.partial"), os.path.join(outdir, "result.json"))
-    print("kpgo-agent: " + ("ok" if result["ok"] else "error: " + result.get("error", "")), flush=True)
-    return 0 if result["ok"] else 1
+    print("kpgo-agent: " + ("ok" if result.ok else "error: " + (result.error or "")), flush=True)
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":
