@@ -1,21 +1,23 @@
 """The contract between host and guest (kpgo.guest.contract): the job and the result round-trip through
 their JSON; the guest agent reads the one and writes the other on the host's Python as it does in a guest
 (a subprocess, with `mount` faked so that nothing is mounted here); any exception in the agent comes back
-with its phase. No guest is booted."""
+with its phase; vm.run_agent's error says why a host client failed. No guest is booted."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kpgo import client, proc, vm
+from kpgo import client, proc, vm, workloads
 from kpgo.errors import InfraError
 from kpgo.guest import contract
 
@@ -130,3 +132,38 @@ def test_run_agent_names_an_unexpected_exception_and_its_phase(tmp_path: Path, h
         vm.run_agent(kernel, tmp_path / "guest", job, guest=vm.Guest(), log=tmp_path / "console.log", accel="tcg")
     assert e.value.message == "workload tiny failed in the guest (load): IndexError: no such group"
     assert "output| IndexError: no such group" in capsys.readouterr().err  # the traceback's tail, in place
+
+
+def test_host_client_error_is_in_run_agents_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host client could not reach the agent: the error run_agent raises says so, beside the guest's side."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wl = workloads.load_many("redis", [f"port={port}"], "host")[0]
+    control_ports: list[int] = []
+
+    def refused(self: client.HostClient) -> socket.socket:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def guest_without_client(argv: list[str | Path], *, log: Path, on_line: Any = None, **_: Any) -> proc.Result:
+        net = on_line.__self__  # the HostClient serving this boot
+        control_ports.append(net.control_port)
+        on_line(client.CONTROL_READY)  # the agent listens: the host client tries to connect
+        deadline = time.monotonic() + 10
+        while net.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        failed = contract.Result(ok=False, mode="bench", kernel="6.1.0", error="the host client did not connect to the control port within 120 s",
+                                 phase="host client", output_tail="")
+        (tmp_path / "guest" / "result.json").write_text(json.dumps(failed.to_json()))
+        log.write_text("")
+        return proc.Result([str(a) for a in argv], 1, "", 0.0, False)
+
+    monkeypatch.setattr(client.HostClient, "_connect", refused)
+    monkeypatch.setattr(proc, "run", guest_without_client)
+    kernel = tmp_path / "bzImage"
+    kernel.write_bytes(b"not booted")
+    with pytest.raises(InfraError) as e:
+        vm.run_agent(kernel, tmp_path / "guest", contract.Job(mode="bench", workload=wl), guest=vm.Guest(), log=tmp_path / "console.log", accel="tcg")
+    assert e.value.message.startswith("workload redis failed in the guest (host client): the host client did not connect to the control port within 120 s; ")
+    assert e.value.message.endswith(f"; the host client: could not reach the guest agent's control port through 127.0.0.1:{control_ports[0]}: "
+                                    "[Errno 111] Connection refused")

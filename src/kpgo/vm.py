@@ -177,11 +177,13 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         log.rename(log.with_name(log.name + ".panic"))
         if sim is not None:
             simulator.clean_report(report)
+    # Why the host client failed (it never reached the agent, say), beside what the guest saw.
+    host_side = f"; the host client: {net.error}" if net is not None and net.error else ""
     if res.timed_out:
-        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed", f"console log: {log}")
+        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed{host_side}", f"console log: {log}")
     if not result_file.exists():
         tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
-        raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}", f"console log: {log}")
+        raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}{host_side}", f"console log: {log}")
     result = contract.Result.from_json(json.loads(result_file.read_text()))
     result.placement = placement.as_json()
     if not result.ok:
@@ -189,7 +191,7 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):
             for ln in (text or "").strip().splitlines()[-6:]:
                 print(f"  {tag}| {ln}", file=sys.stderr)
-        raise InfraError(f"workload {job.workload['name']} failed in the guest ({result.phase}): {result.error}", f"console log: {log}")
+        raise InfraError(f"workload {job.workload['name']} failed in the guest ({result.phase}): {result.error}{host_side}", f"console log: {log}")
     if sim is not None:
         windows = simulator.read_windows(report)
         if sim.boot and windows:
