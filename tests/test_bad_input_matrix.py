@@ -87,10 +87,10 @@ def _edit(path: Path, fn: Callable[[np.ndarray], np.ndarray]) -> None:
     path.write_bytes(np.asarray(fn(w), dtype="<u4").tobytes())
 
 
-def _copy(src: Path, dst: Path, manifest: dict | None = None) -> Path:
+def _copy(src: Path, dst: Path, info: dict | None = None) -> Path:
     shutil.copytree(src, dst)
-    if manifest is not None:
-        (dst / "profile.json").write_text(json.dumps(manifest))
+    if info is not None:
+        (dst / "profile.json").write_text(json.dumps(info))
     return dst
 
 
@@ -125,8 +125,8 @@ def _make_profiles(w: World) -> None:
     gcda = "main.gcda"
 
     def damaged(name: str, fn: Callable[[np.ndarray], np.ndarray] | None = None, data: Callable[[bytes], bytes] | None = None,
-                src: Path = w.k0, manifest: dict | None = None) -> Path:
-        d = _copy(src, base / name, manifest)
+                src: Path = w.k0, info: dict | None = None) -> Path:
+        d = _copy(src, base / name, info)
         if fn is not None:
             _edit(d / gcda, fn)
         if data is not None:
@@ -181,12 +181,12 @@ def _make_profiles(w: World) -> None:
     _copy(w.k0, base / "raw", meta)
     _copy(w.m0, base / "server-config", meta | {"config_name": "server"})
     _copy(w.m0, base / "other-kernel", meta | {"kernel_release": "6.1.0"})
-    damaged("fit-other-gcc", lambda x: _version(x, w.other_version), src=w.m0, manifest=meta)
+    damaged("fit-other-gcc", lambda x: _version(x, w.other_version), src=w.m0, info=meta)
     for f in (base / "fit-other-gcc").rglob("*.gcda"):
         _edit(f, lambda x: _version(x, w.other_version))
-    damaged("fit-mixed-versions", lambda x: _version(x, w.other_version), src=w.m0, manifest=meta)
-    damaged("fit-cut", data=lambda b: b[:-8], src=w.m0, manifest=meta)
-    damaged("fit-count-2p63", _set_counter(1 << 63), src=w.m0, manifest=meta)
+    damaged("fit-mixed-versions", lambda x: _version(x, w.other_version), src=w.m0, info=meta)
+    damaged("fit-cut", data=lambda b: b[:-8], src=w.m0, info=meta)
+    damaged("fit-count-2p63", _set_counter(1 << 63), src=w.m0, info=meta)
 
 
 def _make_trees(w: World) -> None:

@@ -267,8 +267,8 @@ def tiny_vanilla(request: pytest.FixtureRequest, test_dir: Path) -> Path:
     """The build directory of the tiny vanilla kernel that tests/conftest.py's tiny_run builds (as
     tests/test_sim_vm.py's tiny_kernel finds it)."""
     out = test_dir / "run-tiny" / "builds" / "vanilla"
-    manifest = out / "build.json"
-    if not (manifest.is_file() and json.loads(manifest.read_text()).get("ok")):
+    info = out / "build.json"
+    if not (info.is_file() and json.loads(info.read_text()).get("ok")):
         request.getfixturevalue("tiny_run")
     return out
 

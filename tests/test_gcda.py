@@ -158,7 +158,7 @@ def profile_use_dump(build: GccBuild, profile: Path, work: Path) -> str:
     return "".join(p.read_text() for p in work.rglob("*.profile"))
 
 
-def test_fix_copies_manifest_and_refuses_existing_output(profiles: Profiles, tmp_path: Path) -> None:
+def test_fix_copies_profile_json_and_refuses_existing_output(profiles: Profiles, tmp_path: Path) -> None:
     import json
 
     from kpgo.gcov.profile import fix_profile

@@ -42,10 +42,10 @@ RUNS = ([("loop", n) for n in LOOP] + [("syscalls", n) for n in SYSCALLS] + [("b
 def tiny_kernel(request: pytest.FixtureRequest, test_dir: Path) -> Path:
     """bzImage of the tiny vanilla kernel that tests/conftest.py's tiny_run builds; when it is
     already in the test directory (the usual case) it is used as it is, else tiny_run makes it."""
-    manifest = test_dir / "run-tiny" / "builds" / "vanilla" / "build.json"
-    if not (manifest.is_file() and json.loads(manifest.read_text()).get("ok")):
+    info = test_dir / "run-tiny" / "builds" / "vanilla" / "build.json"
+    if not (info.is_file() and json.loads(info.read_text()).get("ok")):
         request.getfixturevalue("tiny_run")
-    return Path(json.loads(manifest.read_text())["bzImage"])
+    return Path(json.loads(info.read_text())["bzImage"])
 
 
 @pytest.fixture(scope="session")

@@ -134,9 +134,9 @@ def sim_per_op(windows: list[dict], ops_per_run: list[float], line: int = 64) ->
     return {m: sum(d[m] for d in per) / len(per) for m in SIM_METRICS}
 
 
-def _cell_key(manifest: dict, workload: dict, runs: int, sim: Any) -> str:
+def _cell_key(build: dict, workload: dict, runs: int, sim: Any) -> str:
     sim_key = {**asdict(sim), "report_format": simulator.REPORT_FORMAT} if sim else None  # a new counter set measures again
-    text = json.dumps({"kernel": manifest["key"], "workload": workload, "runs": runs, "sim": sim_key}, sort_keys=True)
+    text = json.dumps({"kernel": build["key"], "workload": workload, "runs": runs, "sim": sim_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -175,12 +175,12 @@ def bench(
     missing = [n for n in names if (base, n) not in cells]
     if missing:
         raise UserError(f"the baseline kernel {base} is not measured on {', '.join(missing)}", "every workload needs the baseline")
-    manifests: dict[str, dict] = {}
+    builds: dict[str, dict] = {}
     for k in kernels:
-        m = kbuild.load_manifest(k.build_dir)
+        m = kbuild.read_build_json(k.build_dir)
         if m is None or not m.get("ok"):
             raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
-        manifests[k.label] = m
+        builds[k.label] = m
         workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
     spec = {w["name"]: w for w in wls}
     sim_mode = "on" if sim is not None else "off"
@@ -197,7 +197,7 @@ def bench(
     samples: list[dict] = []
     for step in seq:
         bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
-        key = _cell_key(manifests[step["kernel"]], spec[step["workload"]], design.runs, sim)
+        key = _cell_key(builds[step["kernel"]], spec[step["workload"]], design.runs, sim)
         try:
             rec = json.loads((bootdir / "sample.json").read_text())
             if rec.get("cell_key") == key:
@@ -255,8 +255,8 @@ def bench(
                         "headline": "simulated" if sim is not None else "wall-clock",
                         "placement": {w: next((s["placement"] for s in samples if s["workload"] == w and s.get("placement")), None) for w in names},
                         "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
-        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": manifests[k.label]["variant"],
-                              "kernel_release": manifests[k.label]["kernel_release"]} for k in kernels},
+        "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": builds[k.label]["variant"],
+                              "kernel_release": builds[k.label]["kernel_release"]} for k in kernels},
         "host": host_facts(accel),
         "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }

@@ -22,10 +22,10 @@ from kpgo.progress import fmt_secs, say
 
 def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
     build_dir = build_dir.resolve()
-    manifest = kbuild.load_manifest(build_dir)
-    if manifest is None or not manifest.get("ok"):
+    build = kbuild.read_build_json(build_dir)
+    if build is None or not build.get("ok"):
         raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build --variant instrumented`")
-    if not manifest.get("gcov"):
+    if not build.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
     workloads.check_kernel([workload], build_dir)
     atomic.check_output(out, inputs=[build_dir], what="profile directory", replace=replace)  # never inside the build
@@ -35,9 +35,9 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
     with atomic.output_dir(out, replace=replace) as tmp:
         logdir = tmp / "log"
         share = tmp / "guest"
-        job = contract.Job(mode="collect", workload=workload, runs=1, build_dir=manifest["build_dir"])
+        job = contract.Job(mode="collect", workload=workload, runs=1, build_dir=build["build_dir"])
         where = " (client on the host)" if client.placement_of(workload) == "host" else ""
-        say(f"collect {workload['name']}: booting {manifest['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
+        say(f"collect {workload['name']}: booting {build['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
         try:
             result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
         except KpgoError as e:
@@ -56,12 +56,12 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         run = result.runs[0]
         profile = {
             "kind": "kernel-gcov-profile",
-            "kernel_release": manifest["kernel_release"],
-            "config_name": manifest["config_name"],
-            "config_hash": manifest["config_hash"],
-            "build_dir": manifest["build_dir"],
-            "build_key": manifest["key"],
-            "gcc": manifest["gcc"],
+            "kernel_release": build["kernel_release"],
+            "config_name": build["config_name"],
+            "config_hash": build["config_hash"],
+            "build_dir": build["build_dir"],
+            "build_key": build["key"],
+            "gcc": build["gcc"],
             "gcov_version": info["gcov_version"],
             "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"], "client": client.placement_of(workload)},
             "placement": result.placement,

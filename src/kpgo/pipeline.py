@@ -213,12 +213,12 @@ def collect_cached(profiles: Path, build: Path, instr: dict, wl: dict, guest: vm
 def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
     """The universal profile of all the run's workloads (kept while its inputs are unchanged)."""
     from kpgo.gcov.merge import merge_profiles
-    from kpgo.gcov.profile import read_manifest
+    from kpgo.gcov.profile import read_profile_json
 
     dst = rd / "profiles" / label
     inputs = [rd / "profiles" / n for n in names]
-    have = read_manifest(dst).get("merged", {})
-    if [i.get("profile") for i in have.get("inputs", [])] == [read_manifest(d) for d in inputs] and have.get("normalize") == normalize:
+    have = read_profile_json(dst).get("merged", {})
+    if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in inputs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
     shutil.rmtree(dst, ignore_errors=True)

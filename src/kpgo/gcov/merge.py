@@ -53,7 +53,7 @@ from kpgo.gcov.gcda import (
     store_counters,
 )
 from kpgo.gcov.image import read_file, read_image
-from kpgo.gcov.profile import GCOV_MAX, MANIFEST, _exact_sum, _rels_or_fail, read_manifest, write_tree
+from kpgo.gcov.profile import GCOV_MAX, PROFILE_JSON, _exact_sum, _rels_or_fail, read_profile_json, write_tree
 
 RULES = {
     "arcs": "sum", "interval": "sum", "pow2": "sum", "average": "sum",
@@ -114,7 +114,7 @@ def _same_structure(a: Gcda, b: Gcda) -> str | None:
 
 
 def _input_runs(src: Path, first: Gcda | None) -> int:
-    fixed = read_manifest(src).get("fixed")
+    fixed = read_profile_json(src).get("fixed")
     if isinstance(fixed, dict) and isinstance(fixed.get("runs"), int) and fixed["runs"] > 0:
         return int(fixed["runs"])
     if first is not None and first.summary is not None and first.summary.runs > 0:
@@ -437,11 +437,11 @@ def merge_profiles(
     total_runs = max(1, min(total_runs, 0xFFFFFFFF))
     sum_max = min(global_max, 0xFFFFFFFF)
     missing = {str(d): len(rels) - len(p) for d, p in zip(dirs, present) if len(p) < len(rels)}
-    manifest = {
+    info = {
         "merged": {
             "inputs": [
                 {"path": str(d), "weight": w, "scale": s, "factor": f, "total_arcs": tot, "runs": r,
-                 "profile": read_manifest(d)}
+                 "profile": read_profile_json(d)}
                 for d, w, s, f, tot, r in zip(dirs, weights, scales, factors, out_totals, in_runs)
             ],
             "normalize": normalize,
@@ -462,7 +462,7 @@ def merge_profiles(
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (tmp / PROFILE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     buf.release()
     return {
         "files": len(rels),

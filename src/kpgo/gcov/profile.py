@@ -5,7 +5,7 @@ API (used by `kpgo profile` and by the pipeline)
     iter_gcda(src) -> Iterator[Path]                 relative paths of the .gcda files, sorted
     profile_stats(src) -> dict                       files, functions, arcs_sum, arcs_max, with_summary, gcov_version, ...
     fix_profile(src, dst, runs=1) -> dict            copy with a correct object summary in every file (atomic dst)
-    read_manifest(src) -> dict                       profile.json, {} when absent
+    read_profile_json(src) -> dict                       profile.json, {} when absent
     load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.gcda)
     write_tree(tmp, items) -> int                    write (relative path, bytes or list of pieces) items
 
@@ -46,7 +46,7 @@ from kpgo.gcov.gcda import (
 )
 from kpgo.gcov.image import gcda_rels, read_image
 
-MANIFEST = "profile.json"
+PROFILE_JSON = "profile.json"
 # GCC reads counters as signed 64-bit numbers (gcov_type): a larger count is negative to it, and no kernel counts
 # that far (2^63 events), so such a file is damaged, and a merge must not produce one.
 GCOV_MAX = (1 << 63) - 1
@@ -83,8 +83,8 @@ def read_profile_file(src: Path, rel: Path) -> Gcda:
     return parse_gcda(data, path)
 
 
-def read_manifest(src: Path) -> dict[str, Any]:
-    path = Path(src) / MANIFEST
+def read_profile_json(src: Path) -> dict[str, Any]:
+    path = Path(src) / PROFILE_JSON
     if not path.exists():
         return {}
     try:
@@ -275,7 +275,7 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     if strict:
         _one_version(src, versions)
     sum_max = min(global_max, 0xFFFFFFFF)
-    manifest = read_manifest(src)
+    info = read_profile_json(src)
     buf = memoryview(img.buf)
     writer = SummaryWriter(idx, buf, runs, sum_max)
 
@@ -286,9 +286,9 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
-        manifest = dict(manifest)
-        manifest["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        info = dict(info)
+        info["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src)}
+        (tmp / PROFILE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     buf.release()
     return {
         "files": len(rels),
@@ -304,14 +304,14 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
 __all__ = [
     "GcovFormatError",
     "GCOV_MAX",
-    "MANIFEST",
+    "PROFILE_JSON",
     "check_for_build",
     "fix_profile",
     "gcda_list",
     "iter_gcda",
     "load_profile",
     "profile_stats",
-    "read_manifest",
+    "read_profile_json",
     "read_profile_file",
     "write_tree",
 ]

@@ -79,7 +79,7 @@ def build_key(req: BuildRequest) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_manifest(out: Path) -> dict | None:
+def read_build_json(out: Path) -> dict | None:
     try:
         return json.loads((out / "build.json").read_text())
     except (OSError, ValueError):
@@ -140,11 +140,11 @@ def _build(req: BuildRequest) -> dict:
         proc.need(tool)
     key = build_key(req)
     out = req.out.resolve()
-    done = load_manifest(out)
+    done = read_build_json(out)
     if done and done.get("key") == key and done.get("ok"):
         say(f"build {req.variant}: up to date in {out}")
         # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
-        # (in the returned manifest only: the sizes are not an input, the key and build.json stay as they are)
+        # (in the returned record only: the sizes are not an input, the key and build.json stay as they are)
         done["sizes"] = codesize.complete(out, done.get("sizes"))
         return done
     keyfile = out / ".kpgo-key"
@@ -174,7 +174,7 @@ def _build(req: BuildRequest) -> dict:
     after = _ccache_stats(env)
     t_total = time.monotonic() - t0
     release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", "kernelrelease"]).strip().splitlines()[-1]
-    manifest: dict = {
+    build: dict = {
         "key": key,
         "variant": req.variant,
         "config_name": req.config.name,
@@ -198,24 +198,24 @@ def _build(req: BuildRequest) -> dict:
                   "cache_misses": after.get("cache_miss", 0) - before.get("cache_miss", 0)},
         "sizes": text_sizes(out),
     }
-    manifest["ok"] = True
+    build["ok"] = True
     if req.profile is not None:
-        manifest["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
-        manifest["proof"] = proof.check(out, req.profile)
-        manifest["ok"] = manifest["proof"]["ok"]
+        build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
+        build["proof"] = proof.check(out, req.profile)
+        build["ok"] = build["proof"]["ok"]
     _remember_count(req, compiled)
-    atomic.write_json(out / "build.json", manifest)
+    atomic.write_json(out / "build.json", build)
     say(f"build {req.variant}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None:
-        proof.enforce(manifest["proof"], out)
-    return manifest
+        proof.enforce(build["proof"], out)
+    return build
 
 
 def _check_profile(profile: Path) -> None:
     """The profile as GCC will read it, before anything is built: an optimized build that GCC silently builds
     without the profile fails only at its proof, an hour later."""
     from kpgo.gcov.gcda import gcov_version_prefix
-    from kpgo.gcov.profile import check_for_build, read_manifest
+    from kpgo.gcov.profile import check_for_build, read_profile_json
 
     if not profile.is_dir():
         raise UserError(f"profile directory {profile} not found", "pass a directory written by `kpgo collect` or `kpgo profile fix`")
@@ -228,16 +228,16 @@ def _check_profile(profile: Path) -> None:
         # GCC compares the whole version word and ignores (with a warning) every file of another version.
         raise UserError(f"profile {profile} was written by another GCC (gcov version {info['gcov_version']}); this build "
                         f"compiles with GCC {gcc}, which ignores it", f"collect the profile from a kernel built with GCC {gcc}")
-    if not read_manifest(profile):
+    if not read_profile_json(profile):
         raise UserError(f"profile directory {profile} has no profile.json, so kpgo cannot tell which kernel it was collected from",
                         "pass a profile written by `kpgo collect` and `kpgo profile fix` (or `kpgo profile merge`)")
 
 
-def _origins(manifest: dict) -> list[dict]:
+def _origins(record: dict) -> list[dict]:
     """The collections a profile.json describes: itself, or for a merged profile each input's."""
-    if "config_name" in manifest or "kernel_release" in manifest:
-        return [manifest]
-    merged = manifest.get("merged")
+    if "config_name" in record or "kernel_release" in record:
+        return [record]
+    merged = record.get("merged")
     inputs = merged.get("inputs") if isinstance(merged, dict) else None
     return [o for i in inputs or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in _origins(i["profile"])]
 
@@ -245,10 +245,10 @@ def _origins(manifest: dict) -> list[dict]:
 def _check_profile_origin(req: BuildRequest) -> None:
     """A profile collected on another config or kernel version matches few objects: GCC drops their counters with a
     coverage-mismatch warning, and the build fails its proof at the end."""
-    from kpgo.gcov.profile import read_manifest
+    from kpgo.gcov.profile import read_profile_json
 
     version = req.source.version
-    for origin in _origins(read_manifest(req.profile)) if req.profile is not None else []:
+    for origin in _origins(read_profile_json(req.profile)) if req.profile is not None else []:
         name, release = origin.get("config_name"), str(origin.get("kernel_release") or "")
         if name and name != req.config.name:
             raise UserError(f"profile {req.profile} was collected on a {name} kernel; this build is {req.config.name}",
