@@ -9,7 +9,7 @@ and the figures measured here.
 slowdown: the same guest programs run in two boots, without and with the plugin, and the in-window slowdown is the
 ratio of the guest's own time for each window (tests/data/sim_probe.c times its window with the guest clock, which
 follows the host's under TCG), best of --repeat runs per boot. With --workload, the workload also runs once in each mode through the guest agent,
-and each load step's throughput ratio (without / with) is that step's in-window slowdown. The issue's target is <= 5x.
+and each load step's throughput ratio (without / with) is that step's in-window slowdown. The target (issue 10) is <= 2.5x.
 
 spread: the same workload in --boots boots with the plugin; per boot the counters per operation of the measured
 window (kernel and user instructions, L1i and iTLB misses, taken branches) and, over boots, (max - min) / mean and
