@@ -54,6 +54,24 @@ def test_a_normal_end_leaves_no_reaper() -> None:
     assert not _pids("kpgo-reaper", parent=os.getpid())
 
 
+def test_a_process_that_never_prints_the_expected_line_is_killed_early() -> None:
+    """The guest's start deadline (vm.Guest.start_timeout) works through proc.run's `expect`: a hung boot is killed
+    when its line is late, long before the whole timeout, and a process that prints it in time runs to its end."""
+    import pytest
+
+    from kpgo import proc
+    from kpgo.errors import InfraError
+
+    t0 = time.monotonic()
+    hung = proc.run(["sh", "-c", "echo booting; sleep 60"], timeout=120, expect=("agent: started", 1.0), check=False)
+    assert hung.stalled and hung.timed_out and time.monotonic() - t0 < 10
+    assert "booting" in hung.output
+    fine = proc.run(["sh", "-c", "sleep 0.2; echo agent: started; sleep 1.5; echo done"], timeout=120, expect=("agent: started", 1.0))
+    assert not fine.stalled and not fine.timed_out and fine.output.endswith("done\n")
+    with pytest.raises(InfraError, match="printed no 'agent: started' within 1 s"):
+        proc.run(["sh", "-c", "sleep 60"], timeout=120, expect=("agent: started", 1.0), what="the guest")
+
+
 def test_second_run_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     """The first holds the run directory's lock (here a stand-in holder, so no kernel is built); the second
     kpgo run is refused at once, naming the holder, and writes nothing."""

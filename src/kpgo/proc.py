@@ -90,6 +90,7 @@ class Result:
     output: str  # combined stdout+stderr (also in the log, when one was given)
     seconds: float
     timed_out: bool
+    stalled: bool = False  # killed because `expect`'s line did not come in time
 
 
 def run(
@@ -103,9 +104,12 @@ def run(
     check: bool = True,
     what: str | None = None,
     keep_output: bool = True,
+    expect: tuple[str, float] | None = None,
 ) -> Result:
     """Run argv; stream its combined output to `log` and `on_line`; return its Result.
 
+    expect=(text, seconds): a line containing `text` must come within `seconds` of the start, or the process is
+    killed as stalled (timed_out and stalled set): a hang found early costs minutes, not the whole timeout.
     check=True turns a non-zero exit or a timeout into an InfraError naming `what` and the log."""
     cmd = [str(a) for a in argv]
     _need_program(cmd[0])
@@ -118,7 +122,7 @@ def run(
         logf.write(f"\n$ {' '.join(cmd)}\n")
     start = time.monotonic()
     chunks: list[str] = []
-    timed_out = False
+    timed_out = stalled = False
     p = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -143,10 +147,13 @@ def run(
     reader.start()
     try:
         deadline = None if timeout is None else start + timeout
+        marker, by = (expect[0], start + expect[1]) if expect else (None, None)
         while True:
-            wait = None if deadline is None else deadline - time.monotonic()
+            ends = [d for d in (deadline, by if marker else None) if d is not None]
+            wait = min(ends) - time.monotonic() if ends else None
             if wait is not None and wait <= 0:
                 timed_out = True
+                stalled = marker is not None and by is not None and time.monotonic() >= by
                 break
             try:
                 line = lines.get(timeout=wait)
@@ -154,6 +161,8 @@ def run(
                 continue
             if line is None:
                 break
+            if marker and marker in line:
+                marker = None
             if keep_output:
                 chunks.append(line)
             if logf:
@@ -171,10 +180,12 @@ def run(
         reaper.release()
         if logf:
             logf.close()
-    res = Result(cmd, p.returncode if not timed_out else -1, "".join(chunks), time.monotonic() - start, timed_out)
+    res = Result(cmd, p.returncode if not timed_out else -1, "".join(chunks), time.monotonic() - start, timed_out, stalled)
     if check and (timed_out or res.returncode != 0):
         name = what or Path(cmd[0]).name
         where = f"; log: {log}" if log else ""
+        if stalled and expect:
+            raise InfraError(f"{name} printed no '{expect[0]}' within {expect[1]:.0f} s and was killed{where}")
         if timed_out:
             raise InfraError(f"{name} did not finish within {timeout:.0f} s and was killed{where}")
         raise InfraError(f"{name} failed with exit status {res.returncode}{where}")

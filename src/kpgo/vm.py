@@ -26,6 +26,7 @@ from kpgo.progress import say
 from kpgo.workloads.install import tools_dir
 
 AGENT = Path(__file__).parent / "guest" / "agent.py"
+AGENT_STARTED = "kpgo-agent: started"  # the agent's first line on the console
 SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
 
 
@@ -34,6 +35,10 @@ class Guest:
     cpus: int | None = None  # None: 2, or with a host client one per core the client leaves (client.plan)
     memory: str = "2G"
     timeout: float = 900.0
+    # Boot to the agent's first line: ~10 s under TCG, ~60 s with the simulator on from power-on, more on a busy
+    # host. Past this the boot has hung (seen under TCG: a vCPU whose timer never fires, RCU stall reports, then
+    # silence), so it is killed and booted once more instead of waiting out `timeout`.
+    start_timeout: float = 300.0
 
 
 def _boot_id() -> str:
@@ -163,22 +168,28 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         if net is not None:
             net.start()
         try:
-            res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True, on_line=net.on_console if net else None)
+            res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True, on_line=net.on_console if net else None,
+                           expect=(AGENT_STARTED, guest.start_timeout))
         finally:
             if net is not None:
                 net.stop()
         # Under TCG with 2 vCPUs the kernel's int3-based live text patching (static keys flipped
         # during boot) now and then races the other vCPU: "Oops: int3" and a panic before the
         # agent starts. That is an emulator flake, not the workload: boot once more, and say so.
-        early_panic = "Kernel panic" in res.output and "kpgo-agent: started" not in res.output
-        if res.timed_out or result_file.exists() or not early_panic or attempt == 2:
+        # A boot that hangs before the agent starts (res.stalled) is the same kind of flake.
+        early_panic = "Kernel panic" in res.output and AGENT_STARTED not in res.output
+        if (res.timed_out and not res.stalled) or result_file.exists() or not (early_panic or res.stalled) or attempt == 2:
             break
-        say(f"the guest kernel panicked while booting (console log: {log}); booting once more")
-        log.rename(log.with_name(log.name + ".panic"))
+        what = f"hung while booting (no agent after {guest.start_timeout:.0f} s)" if res.stalled else "panicked while booting"
+        say(f"the guest kernel {what} (console log: {log}); booting once more")
+        log.rename(log.with_name(log.name + (".stalled" if res.stalled else ".panic")))
         if sim is not None:
             simulator.clean_report(report)
     # Why the host client failed (it never reached the agent, say), beside what the guest saw.
     host_side = f"; the host client: {net.error}" if net is not None and net.error else ""
+    if res.stalled:
+        raise InfraError(f"the guest did not start kpgo's agent within {guest.start_timeout:.0f} s, twice, and was killed{host_side}",
+                         f"console log: {log}")
     if res.timed_out:
         raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed{host_side}", f"console log: {log}")
     if not result_file.exists():
