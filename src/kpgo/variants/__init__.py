@@ -53,9 +53,9 @@ class Compiler:
 
     @property
     def command(self) -> str:
-        """What compiles the kernel's objects. gcc-N is the plain `gcc` when that is version N: Kbuild writes the
-        compiler's --version line into the config (CONFIG_CC_VERSION_TEXT), so CC=gcc-12 instead of gcc would change
-        every object of the builds made before variants existed."""
+        """What compiles the kernel's objects. gcc-N is the plain `gcc` when that is version N: CC=gcc-12 for the same
+        GCC would change every object's command line (Kbuild recompiles them all) and the kernel's version banner
+        (CONFIG_CC_VERSION_TEXT), so a build under the same key as those made before variants existed would differ."""
         if self.family == "gcc" and host_gcc_major() == self.major:
             return "gcc"
         return self.name
