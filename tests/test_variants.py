@@ -4,7 +4,10 @@ the build keys of the builds made before variants were data, unchanged."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -243,3 +246,65 @@ def test_build_json_compiler_record() -> None:
     rec = kbuild._compiler_record(variants.get("o3"))
     assert rec["compiler"]["name"] == "gcc-12" and rec["compiler"]["version"][:2] == "12" and "12." in rec["compiler"]["version_text"]
     assert rec["opt"] == "O3" and rec["flags"] == ["-Wno-error"] and rec["variant_file"].endswith("o3.toml")
+
+
+FAKE_MAKE = r"""#!/bin/sh
+# make as far as kpgo's build step sees it: every call logged, configure targets write .config, bzImage an image.
+{ printf 'make'; printf '\t%s' "$@"; echo; } >> "$KPGO_FAKE_LOG"  # one call a line, its arguments tab-separated
+out=; target=
+for a in "$@"; do
+  case "$a" in O=*) out=${a#O=} ;; -*|*=*) ;; *) target=$a ;; esac
+done
+case "$target" in
+  allnoconfig|x86_64_defconfig) : > "$out/.config" ;;
+  bzImage) echo "  CC      kernel/fork.o"; mkdir -p "$out/arch/x86/boot"; echo image > "$out/arch/x86/boot/bzImage" ;;
+  kernelrelease) echo 6.12.0 ;;
+esac
+"""
+# merge_config.sh -m -O OUT DOTCONFIG FILES...: the options appended, the last one of a symbol wins when read back
+FAKE_MERGE = """#!/bin/sh
+shift 3; dot=$1; shift; cat "$@" >> "$dot"
+"""
+# A GCC 11 that answers what kpgo asks it (no test may depend on gcc-11 being installed)
+FAKE_GCC11 = """#!/bin/sh
+case "$1" in -dumpfullversion) echo 11.3.0 ;; --version) echo "gcc-11 (fake) 11.3.0" ;; *) exit 0 ;; esac
+"""
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("make", FAKE_MAKE), ("gcc-11", FAKE_GCC11)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("KPGO_FAKE_LOG", str(tmp_path / "make.log"))
+    yield tmp_path / "make.log"
+    variants._version.cache_clear()
+    variants._version_text.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["o3", "os", "gcc11"])
+def test_build_runs_the_dry_run_lines(tmp_path: Path, fake_tools: Path, name: str) -> None:
+    """A build (with make faked) runs exactly the make lines its dry run prints, and build.json says which compiler,
+    level and flags it used."""
+    tree = fake_tree(tmp_path / "linux")
+    (tree / "scripts" / "kconfig").mkdir(parents=True)
+    (tree / "scripts" / "kconfig" / "merge_config.sh").write_text(FAKE_MERGE)
+    (tree / "scripts" / "kconfig" / "merge_config.sh").chmod(0o755)
+    req = kbuild.BuildRequest(KernelSource(tree, "6.12.0", "x"), kconfig.resolve("tiny", None, []), variants.get(name), tmp_path / "out", None, 3)
+    planned = [ln for ln in kbuild.dry_run(req) if ln.startswith("make ")]
+    record = kbuild.build(req)
+    ran = [ln.split("\t") for ln in fake_tools.read_text().splitlines() if not ln.endswith("\tkernelrelease")]
+    assert ran == [shlex.split(ln) for ln in planned]
+    v = variants.get(name)
+    assert record["variant"] == name and record["opt"] == v.opt and record["flags"] == list(v.flags)
+    assert record["compiler"]["name"] == v.compiler.name and record["make_command"] == planned[-1]
+    assert record["kcflags"] == [*v.opt_flags, *v.flags]
+    assert (record["compiler"]["version"], record["gcc"]) == (("11.3.0",) * 2 if name == "gcc11" else (kbuild.gcc_version(),) * 2)
+    if name == "os":
+        assert kconfig.parse((tmp_path / "out" / ".config").read_text())["CONFIG_CC_OPTIMIZE_FOR_SIZE"] == "y"
+    # built once: the same request is up to date, without a make
+    fake_tools.unlink()
+    assert kbuild.build(req)["key"] == record["key"] and not fake_tools.exists()
