@@ -526,7 +526,7 @@ CASES: list[Case] = [
       build("--base", "tiny", "--partial-training"), 1, "only for --variant optimized"),
     C("build-profile-with-vanilla", "options", "build --profile with --variant vanilla",
       lambda w, t: ["build", "--source", w.linux, "--profile", w.p("fit"), "-o", t / "out"], 1, "--profile is only for --variant optimized"),
-    C("build-variant-unknown", "options", "build --variant fast", build("--variant", "fast"), 2, "invalid choice: 'fast'"),
+    C("build-variant-unknown", "options", "build --variant fast", build("--variant", "fast"), 1, "unknown variant 'fast'", "kpgo variants list"),
 
     # ---- trees, configs, runs ----
     C("build-source-not-a-kernel", "trees", "--source a directory that is no kernel tree",

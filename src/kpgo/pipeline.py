@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, client, collect, vm, workloads
+from kpgo import atomic, bench, client, collect, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import UserError
 from kpgo.kernel import kbuild, kconfig, source
@@ -77,7 +77,7 @@ class RunOptions:
 
         def build(variant: str, label: str, profile: Path | None = None) -> dict:
             kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and variant == "optimized" else ()
-            return kbuild.build(kbuild.BuildRequest(src, spec, variant, self.run_dir / "builds" / label, profile, self.jobs, kcflags))
+            return kbuild.build(kbuild.BuildRequest(src, spec, variants.get(variant), self.run_dir / "builds" / label, profile, self.jobs, kcflags))
 
         return build
 

@@ -8,38 +8,67 @@ from pathlib import Path
 from kpgo.commands.common import add_kernel_options
 
 
+def add_variant_file_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant-file", type=Path, action="append", default=[], metavar="FILE",
+                   help="a variant of your own (a TOML file like kpgo's, docs/COMPILERS.md), chosen by its name; repeatable")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "build",
-        help="build a kernel variant (vanilla, instrumented, optimized) out of tree",
-        description="Build one kernel variant with Kbuild (O=). The optimized variant compiles with the profile and "
-        "proves, per object, that GCC used it; it fails below 95%. Cached: an unchanged build is not redone.",
+        help="build a kernel variant (vanilla, instrumented, optimized, o3, clang, ...: `kpgo variants list`) out of tree",
+        description="Build one kernel variant with Kbuild (O=). A variant names the compiler, the optimization level, extra "
+        "flags and whether it takes a profile (`kpgo variants list`, docs/COMPILERS.md). A variant with a profile compiles "
+        "with it and proves, per object, that GCC used it; it fails below 95%. Cached: an unchanged build is not redone.",
     )
-    p.add_argument("--variant", choices=("vanilla", "instrumented", "optimized"), default="vanilla")
-    p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for --variant optimized (after `kpgo profile fix`)")
+    p.add_argument("--variant", metavar="NAME", default=None,
+                   help="the variant to build (default vanilla, or the one --variant-file defines when it is given once)")
+    add_variant_file_option(p)
+    p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for a variant that takes one (after `kpgo profile fix`)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", help="build directory (default: builds/<base>-<variant>)")
-    p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object")
+    p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object, after the variant's")
     p.add_argument("--partial-training", action="store_true",
-                   help="with --variant optimized: code the profile never ran keeps its normal optimization "
-                   "(GCC's -fprofile-partial-training) instead of being optimized for size")
+                   help="with a variant that takes a profile: code the profile never ran keeps its normal optimization "
+                   "(GCC's -fprofile-partial-training) instead of being optimized for size (the pgo-pt variant is optimized with it)")
+    p.add_argument("--dry-run", action="store_true", help="print the configure and make command lines (CC=, LLVM=, KCFLAGS) and build nothing")
     add_kernel_options(p)
     p.set_defaults(func=run)
+
+
+def chosen_variant(name: str | None, files: list[Path]):  # -> variants.Variant
+    """--variant NAME among kpgo's and the --variant-file ones; without it vanilla, or the one file's variant."""
+    from kpgo import variants
+
+    if name is None:
+        if len(files) > 1:
+            from kpgo.errors import UserError
+
+            raise UserError(f"{len(files)} --variant-file given and no --variant", "name the one to build with --variant NAME")
+        return variants.read(files[0]) if files else variants.get("vanilla")
+    return variants.get(name, files)
 
 
 def run(args: argparse.Namespace) -> int:
     from kpgo.errors import UserError
     from kpgo.kernel import kbuild, kconfig, source
 
-    kbuild.check_request(args.variant, args.profile)
+    variant = chosen_variant(args.variant, args.variant_file)
+    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run)
     kcflags = tuple(args.kcflags.split())
     if args.partial_training:
-        if args.variant != "optimized":
-            raise UserError("--partial-training is only for --variant optimized", "drop it or add --variant optimized --profile DIR")
-        kcflags += (kbuild.PARTIAL_TRAINING,)
+        if not variant.profile:
+            raise UserError(f"--partial-training is only for --variant optimized and the other variants that take a profile; {variant.name} takes none",
+                            "drop it or add --variant optimized --profile DIR")
+        if kbuild.PARTIAL_TRAINING not in variant.flags:
+            kcflags += (kbuild.PARTIAL_TRAINING,)
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
-    out = args.out or Path("builds") / f"{spec.name}-{args.variant}"
-    m = kbuild.build(kbuild.BuildRequest(src, spec, args.variant, out, args.profile, args.jobs, kcflags))
+    out = args.out or Path("builds") / f"{spec.name}-{variant.name}"
+    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags)
+    if args.dry_run:
+        print("\n".join(kbuild.dry_run(req)))
+        return 0
+    m = kbuild.build(req)
     sizes = m["sizes"]
     print(f"kernel: {m['bzImage']}  ({m['kernel_release']}, {m['seconds']['total']:.0f} s)")
     print(f"size: functions {sizes.get('functions_size') or '–'}  text span {sizes.get('text_span') or '–'}  "

@@ -1,4 +1,4 @@
-"""Out-of-tree (O=) kernel builds of one variant, cached by their inputs.
+"""Out-of-tree (O=) kernel builds of one variant (kpgo.variants: compiler, level, flags, profile), cached by their inputs.
 
 A build directory is complete when its build.json exists and carries the same key; an
 interrupted build keeps its objects and resumes with an incremental make."""
@@ -9,19 +9,20 @@ import functools
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpgo import atomic, proc
+from kpgo import atomic, proc, variants
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import codesize, kconfig, proof
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
+from kpgo.variants import Variant
 
-VARIANTS = ("vanilla", "instrumented", "optimized")
 RECIPE = 3  # bump when the way kpgo builds changes, so cached builds are redone
 
 # What a profile-use kernel build needs (see docs/ARCHITECTURE.md):
@@ -38,23 +39,24 @@ PROFILE_USE_FLAGS = (
     "-fdump-ipa-profile",
 )
 # GCC's option that keeps functions the profile never saw at their normal optimization instead of
-# optimizing them for size (`kpgo build|run --partial-training`; docs/EVALUATION.md weighs it).
-PARTIAL_TRAINING = "-fprofile-partial-training"
+# optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/EVALUATION.md weighs it).
+PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
 @dataclass(frozen=True)
 class BuildRequest:
     source: KernelSource
     config: kconfig.ConfigSpec
-    variant: str
+    variant: Variant  # variants.get(name)
     out: Path
     profile: Path | None = None
     jobs: int = 3
-    kcflags: tuple[str, ...] = ()
+    kcflags: tuple[str, ...] = ()  # the user's, after the variant's flags
 
 
 @functools.cache
 def gcc_version() -> str:
+    """The host's plain gcc (bench records it as part of the host); a build's own compiler is its variant's."""
     return proc.capture(["gcc", "-dumpfullversion"]).strip()
 
 
@@ -67,15 +69,23 @@ def _profile_digest(profile: Path) -> str:
 
 
 def build_key(req: BuildRequest) -> str:
-    parts = {
+    v = req.variant
+    parts: dict[str, object] = {
         "recipe": RECIPE,
         "source": req.source.ident,
         "config": req.config.digest(),
-        "variant": req.variant,
+        # the kind of build (vanilla, instrumented, optimized), not the variant's name: builds made before variants
+        # were data keep their keys, and a variant is cached by what it does (pgo-pt is optimized --partial-training)
+        "variant": v.kind,
         "profile": _profile_digest(req.profile) if req.profile else None,
-        "gcc": gcc_version(),
-        "kcflags": list(req.kcflags),
+        "gcc": v.compiler.version(),  # the variant's compiler's version, whichever compiler it is
+        "kcflags": [*v.flags, *req.kcflags],
     }
+    # Only where a variant differs from those builds (gcc-12, -O2), so theirs stay as they were.
+    if v.compiler.name != variants.DEFAULT_COMPILER:
+        parts["compiler"] = v.compiler.name
+    if v.opt != "O2":
+        parts["opt"] = v.opt
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -91,16 +101,19 @@ def image(out: Path) -> Path:
     return out.resolve() / "arch" / "x86" / "boot" / "bzImage"
 
 
-def check_request(variant: str, profile: Path | None) -> None:
-    """The cheap checks, done before anything slow (like extracting the source)."""
-    if variant not in VARIANTS:
-        raise UserError(f"unknown variant '{variant}'", f"choose one of {', '.join(VARIANTS)}")
-    if variant == "optimized" and profile is None:
-        raise UserError("the optimized variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
-    if variant != "optimized" and profile is not None:
-        raise UserError("--profile is only for --variant optimized", "drop --profile or add --variant optimized")
-    if profile is not None:
-        _check_profile(profile)
+def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True) -> None:
+    """The cheap checks, done before anything slow (like extracting the source). Without need_compiler (a dry run)
+    a missing compiler passes, and so does the profile check that needs its version."""
+    if variant.profile and profile is None:
+        raise UserError(f"the {variant.name} variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
+    if not variant.profile and profile is not None:
+        others = ", ".join(n for n, v in variants.load_all().items() if v.profile and n != "optimized")
+        raise UserError(f"--profile is only for --variant optimized and the other variants that take one ({others}); {variant.name} takes none",
+                        "drop --profile or add --variant optimized")
+    if need_compiler:
+        variants.require(variant)
+    if profile is not None and variant.compiler.installed():
+        _check_profile(profile, variant.compiler.version())
 
 
 def check_inputs(req: BuildRequest) -> None:
@@ -133,58 +146,77 @@ def build(req: BuildRequest) -> dict:
         raise
 
 
+def kcflags(req: BuildRequest) -> list[str]:
+    """Every object's KCFLAGS, in order: the profile-use flags, the level's, the variant's, the user's."""
+    v = req.variant
+    return [*(PROFILE_USE_FLAGS if v.profile else ()), *v.opt_flags, *v.flags, *req.kcflags]
+
+
+def _compiler_record(v: Variant) -> dict:
+    """build.json's account of the variant: which compiler exactly, its level, its flags and make variables."""
+    c = v.compiler
+    return {"compiler": {"name": c.name, "command": c.command, "version": c.version(), "version_text": c.version_text()},
+            "variant_file": str(v.path), "opt": v.opt, "flags": list(v.flags), "make_vars": list(c.make_args())}
+
+
 def _build(req: BuildRequest) -> dict:
+    name = req.variant.name
     check_request(req.variant, req.profile)
     check_inputs(req)
-    for tool in ("make", "gcc", "flex", "bison", "bc"):
+    # gcc is Kbuild's HOSTCC for a GCC variant (LLVM=-N makes it clang-N); the variant's compiler is checked above
+    for tool in ("make", "flex", "bison", "bc", *(("gcc",) if req.variant.compiler.family == "gcc" else ())):
         proc.need(tool)
     key = build_key(req)
     out = req.out.resolve()
     done = read_build_json(out)
     if done and done.get("key") == key and done.get("ok"):
-        say(f"build {req.variant}: up to date in {out}")
+        say(f"build {name}: up to date in {out}")
         # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
         # (in the returned record only: the sizes are not an input, the key and build.json stay as they are)
         done["sizes"] = codesize.complete(out, done.get("sizes"))
-        return done
+        # likewise the compiler record of a build made before variants were data (same key: same compiler and flags)
+        return _compiler_record(req.variant) | done
+    # A flag the compiler rejects fails here in one line, not in the first object after configuring.
+    variants.check_flags(req.variant, tuple(req.kcflags))
     keyfile = out / ".kpgo-key"
     if out.exists() and not (keyfile.exists() and keyfile.read_text() == key):
         if any(out.iterdir()) and not keyfile.exists():
             raise UserError(f"{out} exists and is not a kpgo build directory", "choose another output directory")
-        say(f"build {req.variant}: inputs changed, starting {out} afresh")
+        say(f"build {name}: inputs changed, starting {out} afresh")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "build.json").unlink(missing_ok=True)
     keyfile.write_text(key)
     log = out / "build.log"
     t0 = time.monotonic()
-    say(f"build {req.variant}: configuring {req.config.name} in {out} (log: {log})")
-    config = kconfig.configure(req.source.path, out, req.config, req.variant, log)
+    say(f"build {name}: configuring {req.config.name} in {out} (log: {log}; {req.variant.summary()})")
+    config = kconfig.configure(req.source.path, out, req.config, req.variant.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
     installed, zero = _install_profile(req.profile, out) if req.profile else (0, 0)
-    flags = list(req.kcflags)
-    if req.variant == "optimized":
-        flags = [*PROFILE_USE_FLAGS, *flags]
-    make_args, env = _reuse_env(req.variant)
-    if req.variant == "optimized" and not env:
-        say(f"build {req.variant}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
+    flags = kcflags(req)
+    make_args, env = _make_vars(req.variant)
+    if req.variant.profile and "KPGO_REUSE" not in env:
+        say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(env)
-    compiled = _make(req, out, log, flags, make_args, env)
+    argv = make_command(req, out, flags, make_args)
+    compiled = _make(req, out, log, argv, env)
     after = _ccache_stats(env)
     t_total = time.monotonic() - t0
     release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", "kernelrelease"]).strip().splitlines()[-1]
     build: dict = {
         "key": key,
-        "variant": req.variant,
+        "variant": name,
         "config_name": req.config.name,
         "config_hash": hashlib.sha256((out / ".config").read_bytes()).hexdigest()[:16],
         "config_files": [str(f) for f in req.config.files],
         "source": str(req.source.path),
         "source_version": req.source.version,
         "kernel_release": release,
-        "gcc": gcc_version(),
+        "gcc": req.variant.compiler.version(),  # the compiler's version (read by collect: the profile's GCC)
+        **_compiler_record(req.variant),
         "kcflags": flags,
+        "make_command": _shell(argv, env),
         "jobs": req.jobs,
         "objects_compiled": compiled,
         "seconds": {"configure": round(t_config, 1), "total": round(t_total, 1)},
@@ -205,13 +237,13 @@ def _build(req: BuildRequest) -> dict:
         build["ok"] = build["proof"]["ok"]
     _remember_count(req, compiled)
     atomic.write_json(out / "build.json", build)
-    say(f"build {req.variant}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
+    say(f"build {name}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None:
         proof.enforce(build["proof"], out)
     return build
 
 
-def _check_profile(profile: Path) -> None:
+def _check_profile(profile: Path, gcc: str) -> None:
     """The profile as GCC will read it, before anything is built: an optimized build that GCC silently builds
     without the profile fails only at its proof, an hour later."""
     from kpgo.gcov.gcda import gcov_version_prefix
@@ -222,7 +254,6 @@ def _check_profile(profile: Path) -> None:
     if next(profile.rglob("*.gcda"), None) is None:
         raise UserError(f"profile directory {profile} holds no .gcda files", "collect a profile first (`kpgo collect`)")
     info = check_for_build(profile)  # damaged files, impossible counts, mixed builds, no object summary
-    gcc = gcc_version()
     want = gcov_version_prefix(gcc)
     if want and info["gcov_version"][:3] != want:
         # GCC compares the whole version word and ignores (with a warning) every file of another version.
@@ -289,17 +320,19 @@ def _install_profile(profile: Path, out: Path) -> tuple[int, int]:
     return n, zero
 
 
-def _reuse_env(variant: str) -> tuple[list[str], dict[str, str]]:
-    """make arguments and environment that send the variant's reusable compiles through ccache: the all-zero-profile
-    objects of an optimized build. (Not the other variants: a ccache miss costs ~25% more than a plain compile, and
-    a run builds its vanilla and instrumented kernels once.) Nothing without ccache: reuse is then off, and the
-    build says so."""
-    mode = {"optimized": "zero"}.get(variant)
-    if mode is None or not proc.which("ccache"):
-        return [], {}
-    env = {"KPGO_REUSE": mode, "CCACHE_DIR": str(cache_dir() / "ccache"),
+def _make_vars(variant: Variant) -> tuple[list[str], dict[str, str]]:
+    """make variables and environment of the build: the variant's compiler (CC=gcc-11, LLVM=-19), and for a profile
+    build the wrapper that sends its reusable compiles through ccache: the all-zero-profile objects. (Not the other
+    variants: a ccache miss costs ~25% more than a plain compile, and a run builds its vanilla and instrumented
+    kernels once.) Without ccache reuse is off, and the build says so."""
+    compiler = variant.compiler
+    if not variant.profile or not proc.which("ccache"):
+        return list(compiler.make_args()), {}
+    env = {"KPGO_REUSE": "zero", "CCACHE_DIR": str(cache_dir() / "ccache"),
            # Each build has its own O= directory, and Kbuild compiles in it: without this every build would miss.
            "CCACHE_NOHASHDIR": "1"}
+    if compiler.command != "gcc":  # the wrapper is make's CC, so it is told the variant's (profiles are GCC's only)
+        env["KPGO_CC"] = compiler.command
     return [f"CC=sh {REUSE_CC}"], env
 
 
@@ -327,19 +360,53 @@ def _remember_count(req: BuildRequest, compiled: int) -> None:
         counts = json.loads(path.read_text())
     except (OSError, ValueError):
         counts = {}
-    counts[f"{req.config.digest()}-{req.variant}"] = compiled
+    counts[f"{req.config.digest()}-{req.variant.name}"] = compiled
     atomic.write_json(path, counts)
 
 
 def _expected_count(req: BuildRequest) -> int | None:
     try:
-        return int(json.loads(_counts_file().read_text())[f"{req.config.digest()}-{req.variant}"])
+        return int(json.loads(_counts_file().read_text())[f"{req.config.digest()}-{req.variant.name}"])
     except (OSError, ValueError, KeyError):
         return None
 
 
-def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str], make_args: list[str], env: dict[str, str]) -> int:
-    bar = Progress(f"build {req.variant}: objects", _expected_count(req))
+def make_command(req: BuildRequest, out: Path, kcflags: list[str], make_args: list[str]) -> list[str]:
+    argv = ["make", "-C", str(req.source.path), f"O={out}", f"-j{req.jobs}", *make_args, "bzImage"]
+    if kcflags:
+        argv.append("KCFLAGS=" + " ".join(kcflags))
+    return argv
+
+
+def _shell(argv: list[str], env: dict[str, str]) -> str:
+    """The command as a shell line, its environment in front."""
+    return shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv])
+
+
+def dry_run(req: BuildRequest) -> list[str]:
+    """The shell lines a build of `req` would run (configure, profile installation, make), without running them."""
+    v, out = req.variant, req.out.resolve()
+    c = v.compiler
+    lines = [f"# variant {v.name}: {v.summary()} ({v.path})"]
+    missing = c.missing_tools()
+    if not missing:  # the flags the compiler would reject fail the dry run as they would the build
+        variants.check_flags(v, tuple(req.kcflags))
+    lines.append(f"# compiler: {c.command} ({c.version_text()})" if not missing else
+                 f"# compiler: {c.name} is not installed ({', '.join(missing)} not found): kpgo variants install {v.name}, "
+                 f"or apt-get install {' '.join(c.packages)}")
+    if not req.config.base_target:
+        lines.append(shlex.join(["cp", str(req.config.files[0]), str(out / ".config")]))
+    lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, v.fragments, c.make_args())]
+    if req.profile is not None:
+        lines.append(f"# each .gcda of {req.profile.resolve()} copied to its object's place under {out}")
+    make_args, env = _make_vars(v)
+    lines.append(_shell(make_command(req, out, kcflags(req), make_args), env))
+    return lines
+
+
+def _make(req: BuildRequest, out: Path, log: Path, argv: list[str], env: dict[str, str]) -> int:
+    name = req.variant.name
+    bar = Progress(f"build {name}: objects", _expected_count(req))
     compiled = 0
 
     def line(text: str) -> None:
@@ -349,14 +416,11 @@ def _make(req: BuildRequest, out: Path, log: Path, kcflags: list[str], make_args
             compiled += 1
             bar.step(note=m.group(2))
 
-    argv = ["make", "-C", req.source.path, f"O={out}", f"-j{req.jobs}", *make_args, "bzImage"]
-    if kcflags:
-        argv.append("KCFLAGS=" + " ".join(kcflags))
     res = proc.run(argv, log=log, on_line=line, check=False, keep_output=False, env=env or None)
     if res.returncode != 0:
         bar.close("failed")
         _report_failure(log)
-        raise InfraError(f"kernel build of variant {req.variant} failed (exit {res.returncode})", f"full log: {log}")
+        raise InfraError(f"kernel build of variant {name} failed (exit {res.returncode})", f"full log: {log}")
     bar.close(f"{compiled} objects")
     return compiled
 

@@ -17,8 +17,6 @@ from pathlib import Path
 from kpgo import proc
 from kpgo.errors import UserError
 
-VARIANT_FRAGMENTS = {"vanilla": (), "instrumented": ("gcov",), "optimized": ()}
-
 
 def _configs_dir() -> Path:
     return Path(str(resources.files("kpgo.kernel") / "configs"))
@@ -114,8 +112,9 @@ def check_applies(spec: ConfigSpec, src: Path) -> None:
                                 "fix the option's name, or drop it from the fragment")
 
 
-def variant_fragments(variant: str) -> tuple[Path, ...]:
-    return tuple(_configs_dir() / f"{n}.config" for n in VARIANT_FRAGMENTS[variant])
+def variant_fragments(names: tuple[str, ...]) -> tuple[Path, ...]:
+    """The shipped fragments a variant adds (variants.Variant.fragments: gcov for the instrumented kernel, os for -Os)."""
+    return tuple(_configs_dir() / f"{n}.config" for n in names)
 
 
 _OPT = re.compile(r"^(CONFIG_\w+)=(.*)$|^# (CONFIG_\w+) is not set$")
@@ -134,29 +133,36 @@ def parse(text: str) -> dict[str, str]:
     return out
 
 
-def configure(src: Path, out: Path, spec: ConfigSpec, variant: str, log: Path) -> dict[str, str]:
+def merged_files(spec: ConfigSpec, fragments: tuple[str, ...]) -> list[Path]:
+    """The files merge_config.sh merges, in order: the base's options (unless copied whole), the user's fragments,
+    the variant's."""
+    return [*(spec.files if spec.base_target else spec.files[1:]), *variant_fragments(fragments)]
+
+
+def configure_commands(src: Path, out: Path, spec: ConfigSpec, fragments: tuple[str, ...], make_args: tuple[str, ...] = ()) -> list[list[str]]:
+    """The commands that write out/.config (after copying spec.files[0] there when no base target starts it).
+    make_args select the variant's compiler: Kconfig asks the compiler what it supports, so configure and build
+    must see the same one."""
+    make = ["make", "-C", str(src), f"O={out}", *make_args]
+    cmds = [[*make, spec.base_target]] if spec.base_target else []
+    merge = merged_files(spec, fragments)
+    if merge:
+        cmds.append([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(out), str(out / ".config"), *map(str, merge)])
+    cmds.append([*make, "olddefconfig"])
+    return cmds
+
+
+def configure(src: Path, out: Path, spec: ConfigSpec, fragments: tuple[str, ...], log: Path, make_args: tuple[str, ...] = ()) -> dict[str, str]:
     """Write out/.config; every option a fragment asks for must survive, or the build stops."""
     dotconfig = out / ".config"
-    if spec.base_target:
-        proc.run(["make", "-C", src, f"O={out}", spec.base_target], log=log, what=f"make {spec.base_target}")
-        frags = list(spec.files[1:]) + list(variant_fragments(variant))
-        first = [spec.files[0]]
-    else:
+    if not spec.base_target:
         dotconfig.write_bytes(spec.files[0].read_bytes())
-        frags = list(spec.files[1:]) + list(variant_fragments(variant))
-        first = []
-    merge = [*first, *frags]
-    if merge:
-        proc.run(
-            [src / "scripts/kconfig/merge_config.sh", "-m", "-O", out, dotconfig, *merge],
-            log=log,
-            cwd=src,
-            what="merge_config.sh",
-        )
-    proc.run(["make", "-C", src, f"O={out}", "olddefconfig"], log=log, what="make olddefconfig")
+    for argv in configure_commands(src, out, spec, fragments, make_args):
+        merging = argv[0].endswith("merge_config.sh")
+        proc.run(argv, log=log, cwd=src if merging else None, what="merge_config.sh" if merging else f"make {argv[-1]}")
     final = parse(dotconfig.read_text())
     problems: list[str] = []
-    for f in merge:
+    for f in merged_files(spec, fragments):
         for key, want in parse(f.read_text()).items():
             have = final.get(key, "n")
             if have != want and not (want == "n" and key not in final):

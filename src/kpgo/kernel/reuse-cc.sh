@@ -4,6 +4,8 @@
 #                    without -fdump-ipa-profile: ccache refuses dump options, and the proof reads dumps of
 #                    objects with a non-zero profile only, which are always compiled here, with their dump
 # Anything else: plain gcc. ccache hashes the .gcda beside the object under -fprofile-use (docs/ARCHITECTURE.md).
+# KPGO_CC: the variant's GCC when it is not the plain gcc (e.g. gcc-11; kpgo.kernel.kbuild._make_vars).
+cc=${KPGO_CC:-gcc}
 out=
 prev=
 for a in "$@"; do
@@ -15,6 +17,6 @@ if [ "${KPGO_REUSE:-}" = zero ] && [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]
     shift
     [ "$a" = "-fdump-ipa-profile" ] || set -- "$@" "$a"
   done
-  exec ccache gcc "$@"
+  exec ccache "$cc" "$@"
 fi
-exec gcc "$@"
+exec "$cc" "$@"

@@ -1,0 +1,312 @@
+"""Compiler variants as data: one TOML file per variant in this package, or a user's own (--variant-file FILE).
+A variant names the compiler (gcc-N, or clang-N built with LLVM=-N), the optimization level (O2, O3, Os), extra
+flags for every kernel object, and whether it compiles with a profile (profile = true) or is the gcov-instrumented
+kernel that collects one (gcov = true). Every file is validated on every load: a mistake stops before a build
+starts, in one line naming the file. See docs/COMPILERS.md."""
+
+from __future__ import annotations
+
+import functools
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kpgo import proc
+from kpgo.errors import UserError
+
+OPTS = ("O2", "O3", "Os")
+# The compiler every build used before variants were data: a variant on it leaves the compiler out of its build key.
+DEFAULT_COMPILER = "gcc-12"
+# The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
+MIN_MAJOR = {"gcc": 5, "clang": 13}
+KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool}
+REQUIRED = ("name", "description", "compiler", "opt")
+HINT = "fix the file (docs/COMPILERS.md)"
+PARTIAL_TRAINING = "-fprofile-partial-training"
+# What the profile is kpgo's business: profile = true adds the profile-use flags, gcov = true the instrumentation.
+_PROFILE_FLAGS = ("-fprofile", "-fauto-profile", "--coverage", "-fprofile-arcs", "-ftest-coverage", "-fbranch-probabilities")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_COMPILER = re.compile(r"(gcc|clang)-([0-9]+)")
+# The LLVM tools LLVM=-N makes Kbuild use (Documentation/kbuild/llvm.rst), each with the -N suffix.
+_LLVM_TOOLS = ("clang", "ld.lld", "llvm-ar", "llvm-nm", "llvm-objcopy", "llvm-objdump", "llvm-readelf", "llvm-strip")
+
+
+@functools.cache
+def host_gcc_major() -> int | None:
+    """The major version of the plain `gcc` on PATH (None without one)."""
+    if proc.which("gcc") is None:
+        return None
+    text = proc.capture(["gcc", "-dumpversion"]).strip()
+    major = text.partition(".")[0]
+    return int(major) if major.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Compiler:
+    name: str  # "gcc-12", "clang-19"
+    family: str  # "gcc" | "clang"
+    major: int
+
+    @property
+    def command(self) -> str:
+        """What compiles the kernel's objects. gcc-N is the plain `gcc` when that is version N: CC=gcc-12 for the same
+        GCC would change every object's command line (Kbuild recompiles them all) and the kernel's version banner
+        (CONFIG_CC_VERSION_TEXT), so a build under the same key as those made before variants existed would differ."""
+        if self.family == "gcc" and host_gcc_major() == self.major:
+            return "gcc"
+        return self.name
+
+    def make_args(self) -> tuple[str, ...]:
+        """make variables that select the compiler, for configure and build alike (HOSTCC stays gcc for GCC;
+        LLVM=-N switches the whole toolchain, host tools included, to clang-N, ld.lld-N, llvm-ar-N, ...)."""
+        if self.family == "clang":
+            return (f"LLVM=-{self.major}",)
+        return () if self.command == "gcc" else (f"CC={self.command}",)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        if self.family == "clang":
+            return tuple(f"{t}-{self.major}" for t in _LLVM_TOOLS)
+        return (self.command,)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The Debian packages that hold `tools`."""
+        if self.family == "clang":
+            return (f"clang-{self.major}", f"lld-{self.major}", f"llvm-{self.major}")
+        return (f"gcc-{self.major}",)
+
+    def missing_tools(self) -> list[str]:
+        return [t for t in self.tools if proc.which(t) is None]
+
+    def installed(self) -> bool:
+        return not self.missing_tools()
+
+    def version(self) -> str:
+        return _version(self.command, self.family)
+
+    def version_text(self) -> str:
+        return _version_text(self.command)
+
+
+@functools.cache
+def _version(command: str, family: str) -> str:
+    # GCC's -dumpversion may print only the major; clang has no -dumpfullversion but prints all of it.
+    return proc.capture([command, "-dumpfullversion" if family == "gcc" else "-dumpversion"]).strip()
+
+
+@functools.cache
+def _version_text(command: str) -> str:
+    return (proc.capture([command, "--version"]).splitlines() or [""])[0].strip()
+
+
+def _unknown_compiler(name: str) -> str | None:
+    m = _COMPILER.fullmatch(name)
+    if m and int(m[2]) >= MIN_MAJOR[m[1]]:
+        return None
+    return f"unknown compiler '{name}' (gcc-N with N ≥ {MIN_MAJOR['gcc']}, clang-N with N ≥ {MIN_MAJOR['clang']}: e.g. gcc-12, gcc-11, clang-19)"
+
+
+def compiler(name: str) -> Compiler:
+    """The compiler named gcc-N or clang-N (a UserError for anything else, or one older than the kernel accepts)."""
+    problem = _unknown_compiler(name)
+    if problem:
+        raise UserError(problem, "see docs/COMPILERS.md")
+    m = _COMPILER.fullmatch(name)
+    assert m  # _unknown_compiler said so
+    return Compiler(name, m[1], int(m[2]))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    compiler: Compiler
+    opt: str  # OPTS
+    flags: tuple[str, ...]
+    profile: bool
+    gcov: bool
+    path: Path  # the file it was read from
+    shipped: bool  # one of kpgo's own files (else --variant-file)
+
+    @property
+    def kind(self) -> str:
+        """What sort of build this is, as the build key has named it since before variants were data: instrumented
+        (gcov config), optimized (compiled with a profile, proven), or vanilla (neither)."""
+        return "instrumented" if self.gcov else "optimized" if self.profile else "vanilla"
+
+    @property
+    def opt_flags(self) -> tuple[str, ...]:
+        """KCFLAGS for the level: the kernel has a Kconfig choice for -O2 (its default) and -Os, none for -O3 on x86
+        since 6.0, so -O3 goes into KCFLAGS, which Kbuild puts after its own -O2."""
+        return ("-O3",) if self.opt == "O3" else ()
+
+    @property
+    def fragments(self) -> tuple[str, ...]:
+        """Config fragments (kernel/configs/NAME.config) the variant adds to every base config."""
+        return (("gcov",) if self.gcov else ()) + (("os",) if self.opt == "Os" else ())
+
+    def summary(self) -> str:
+        """One line: compiler, level, flags (what `variants list` and a dry run show)."""
+        what = "gcov-instrumented" if self.gcov else "with a profile" if self.profile else "no profile"
+        return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}"
+
+
+def _dir() -> Path:
+    return Path(str(resources.files("kpgo.variants")))
+
+
+# The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
+STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-pt")
+# Listed in this order: the three builds of the PGO loop, then the study's others.
+_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS)))
+
+
+def names() -> list[str]:
+    """kpgo's own variants in _ORDER, others by name."""
+    found = [p.stem for p in _dir().glob("*.toml")]
+    return sorted(found, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+
+
+def validate(spec: Any) -> list[str]:
+    """Problems of a variant spec (empty if none): known keys of the right types, a known compiler and level,
+    and flags that neither contradict each other nor do what a key does."""
+    if not isinstance(spec, dict):
+        return ["the file is not a table"]
+    problems = [f"unknown key '{k}' (known: {', '.join(KEYS)})" for k in spec if k not in KEYS]
+    problems += [f"missing '{k}'" for k in REQUIRED if k not in spec]
+    problems += [f"{k} should be of type {KEYS[k].__name__}" for k, v in spec.items() if k in KEYS and not isinstance(v, KEYS[k])]
+    if problems:
+        return problems
+    if not _NAME.fullmatch(spec["name"]):
+        problems.append(f"name '{spec['name']}' should be lower-case letters, digits, '.', '_', '-' (it names build directories)")
+    unknown = _unknown_compiler(spec["compiler"])
+    if unknown:
+        problems.append(unknown)
+    clang = spec["compiler"].startswith("clang-")
+    if spec["opt"] not in OPTS:
+        problems.append(f"opt '{spec['opt']}' should be one of {', '.join(OPTS)}")
+    profile, gcov = spec.get("profile", False), spec.get("gcov", False)
+    if profile and gcov:
+        problems.append("profile = true (compile with a profile) and gcov = true (collect one) exclude each other")
+    if clang and profile:
+        problems.append("profile = true with clang: the kernel has no Clang PGO upstream, and kpgo's profiles are GCC's")
+    if clang and gcov:
+        problems.append("gcov = true with clang: kpgo reads GCC's .gcda format only")
+    flags = spec.get("flags", [])
+    bad = [f for f in flags if not isinstance(f, str) or not f.startswith("-") or any(c.isspace() for c in f)]
+    if bad:
+        return [*problems, f"flags: {bad[0]!r} is not one compiler flag (a string starting with '-', no spaces)"]
+    for f in flags:
+        if re.fullmatch(r"-O.*", f):
+            problems.append(f"flags: {f} sets the optimization level, which is opt's to say (opt = \"O2\" | \"O3\" | \"Os\")")
+        elif f == PARTIAL_TRAINING:
+            if not profile:
+                problems.append(f"flags: {f} only means something with a profile (profile = true)")
+            elif clang:
+                problems.append(f"flags: {f} is GCC's")
+        elif f.startswith(_PROFILE_FLAGS):
+            problems.append(f"flags: {f} is kpgo's to set (profile = true compiles with the profile, gcov = true instruments)")
+    problems += _contradictions(flags)
+    return problems
+
+
+def _contradictions(flags: list[str]) -> list[str]:
+    """-fX with -fno-X (and -m), a flag given twice, one --param with two values: the compiler would silently take
+    the last, so the file would not say what the build does."""
+    out: list[str] = []
+    seen: dict[str, str] = {}
+    for f in flags:
+        m = re.fullmatch(r"-([fm])(no-)?(.+?)(=.*)?", f)
+        p = re.fullmatch(r"--param=([^=]+)=(.*)", f)
+        key = f"-{m[1]}{m[3]}" if m else f"--param={p[1]}" if p else f
+        if key in seen:
+            out.append(f"flags: {seen[key]} and {f} conflict" if seen[key] != f else f"flags: {f} is given twice")
+        seen[key] = f
+    return out
+
+
+def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
+    return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
+                   spec.get("profile", False), spec.get("gcov", False), path, shipped)
+
+
+def read(path: Path, shipped: bool = False) -> Variant:
+    """The variant in `path`, validated (a UserError naming the file and its first problem)."""
+    what = "variant file"
+    try:
+        spec = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"{what} {path}: {e.strerror or e}", "pass an existing variant file (docs/COMPILERS.md)") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path} is not valid TOML: {e}", HINT) from None
+    problems = validate(spec)
+    if not problems and shipped and spec["name"] != path.stem:
+        problems.append(f"name '{spec['name']}' differs from the file's name")
+    if not problems and not shipped and spec["name"] in names():
+        problems.append(f"name '{spec['name']}' is one of kpgo's own variants (see `kpgo variants list`); choose another")
+    if problems:  # checked on every load, so a mistake stops before any build
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{what} {path}: {problems[0]}{more}", HINT)
+    return _from_spec(spec, path, shipped)
+
+
+def load_all(files: list[Path] | tuple[Path, ...] = ()) -> dict[str, Variant]:
+    """kpgo's variants, then the user's files (--variant-file), by name."""
+    out = {n: read(_dir() / f"{n}.toml", shipped=True) for n in names()}
+    for f in files:
+        v = read(f)
+        if v.name in out:
+            raise UserError(f"variant files {out[v.name].path} and {f} both name '{v.name}'", "give each variant a name of its own")
+        out[v.name] = v
+    return out
+
+
+def get(name: str, files: list[Path] | tuple[Path, ...] = ()) -> Variant:
+    """The variant called `name`: kpgo's own or one of the user's files."""
+    known = load_all(files)
+    if name not in known:
+        raise UserError(f"unknown variant '{name}'", f"choose from: {', '.join(known)} (`kpgo variants list`), or add one with --variant-file FILE")
+    return known[name]
+
+
+def parse_names(text: str, files: list[Path] | tuple[Path, ...] = (), what: str = "--variants") -> list[Variant]:
+    """The variants named by 'a,b' (each once, in order), or all of them for 'all'."""
+    known = load_all(files)
+    wanted = list(known) if text.strip() == "all" else [w.strip() for w in text.split(",") if w.strip()]
+    if not wanted:
+        raise UserError(f"{what} {text!r} names no variant", f"choose from: {', '.join(known)} (or all)")
+    for w in wanted:
+        if w not in known:
+            raise UserError(f"{what}: unknown variant '{w}'", f"choose from: {', '.join(known)} (or all), or add one with --variant-file FILE")
+    return [known[w] for w in dict.fromkeys(wanted)]
+
+
+def require(v: Variant) -> None:
+    """The variant's compiler is installed, or a one-line UserError naming its packages."""
+    missing = v.compiler.missing_tools()
+    if missing:
+        pkgs = " ".join(v.compiler.packages)
+        raise UserError(f"variant {v.name} needs {v.compiler.name} ({', '.join(missing)} not found)",
+                        f"run `kpgo variants install {v.name}` (root or sudo), or apt-get install {pkgs}")
+
+
+def check_flags(v: Variant, extra: tuple[str, ...] = ()) -> None:
+    """Compile a small function with the variant's level and flags (and `extra`) under -Werror: a flag the compiler
+    rejects, or ignores with a warning (clang on GCC's optimization flags), stops here in one line instead of in the
+    first kernel object, deep in the build log."""
+    # -Werror last, so that a -Wno-error among the flags does not hide a flag the compiler ignores
+    flags = [f"-{v.opt}", *v.flags, *extra, "-Werror"]
+    with tempfile.TemporaryDirectory(prefix="kpgo-flags-") as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("int kpgo_probe(int x) { return x * 3 + 1; }\n")
+        res = proc.run([v.compiler.command, *flags, "-c", src, "-o", Path(tmp) / "probe.o"], check=False, keep_output=True, timeout=60,
+                       env={"LC_ALL": "C"})  # plain quotes in the message
+    if res.returncode != 0:
+        lines = [ln.strip() for ln in res.output.splitlines() if "error" in ln] or res.output.strip().splitlines() or ["(no output)"]
+        where = f"the flags in {v.path}" + (" or --kcflags" if extra else "")
+        raise UserError(f"variant {v.name}: {v.compiler.name} rejects its flags: {lines[0][:200]}", f"fix {where}")
