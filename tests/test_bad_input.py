@@ -90,9 +90,11 @@ def test_server_that_does_not_start(tiny_run: Path, tmp_path: Path) -> None:
 
 @pytest.mark.vm
 def test_failing_build_shows_compiler_error(tiny_run: Path, tmp_path: Path) -> None:
-    res = kpgo("build", "--base", "tiny", "--kcflags=-fkpgo-no-such-flag", "-o", tmp_path / "broken")
+    # Flags GCC accepts (they pass kpgo's up-front probe, a function without a stack frame) but that fail the first
+    # kernel object with a frame: the build itself fails, in the compiler.
+    res = kpgo("build", "--base", "tiny", "--kcflags=-Wframe-larger-than=8 -Werror", "-o", tmp_path / "broken")
     assert_one_line_error(res, 3, "kernel build of variant vanilla failed", "build.log")
-    assert "-fkpgo-no-such-flag" in res.stdout  # the compiler's own error line is shown
+    assert "[-Werror=" in res.stdout  # the compiler's own error line is shown
     assert not (tmp_path / "broken" / "build.json").exists()
 
 
