@@ -338,20 +338,31 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
 def own_sim_geomean(results: dict) -> dict[str, dict[str, Any]]:
     """Per headline simulated metric: the geometric mean over workloads of the app-specific kernel's ratio
     to the baseline on its own workload (optimized-W on W), with the bootstrap CI, and the workloads used."""
-    out: dict[str, dict[str, Any]] = {}
+    own = {n: f"optimized-{n}" for n in results["workloads"]}
+    return {k: g for k in SIM_HEADLINE if (g := geomean_of(results, own, k))}
+
+
+def geomean_of(results: dict, labels: dict[str, str], metric: str) -> dict[str, Any] | None:
+    """The geometric mean over workloads of kernel labels[W]'s ratio to the baseline on W, in `metric`: a simulated
+    per-op count (ratio < 1: fewer events) or "speedup" (wall-clock, ratio > 1: faster), with its bootstrap CI and
+    the workloads that had samples on both sides; None if none had."""
     base = results["baseline"]
-    for k in SIM_HEADLINE:
-        pairs, used = [], []
-        for n in results["workloads"]:
-            samples = [x for x in results.get("samples", []) if x["workload"] == n and k in (x.get("sim_per_op") or {})]
-            b = [x["sim_per_op"][k] for x in samples if x["kernel"] == base]
-            o = [x["sim_per_op"][k] for x in samples if x["kernel"] == f"optimized-{n}"]
-            if b and o:
-                pairs.append((b, o))
-                used.append(n)
-        if pairs:
-            out[k] = _geomean_row(pairs, used)
-    return out
+    pairs, used = [], []
+    for n, label in labels.items():
+        samples = [x for x in results.get("samples", []) if x["workload"] == n]
+        if metric == "speedup":
+            b, o = ([x["mean"] for x in samples if x["kernel"] == k] for k in (base, label))
+            hib = (results["workloads"].get(n) or {}).get("higher_is_better", True)
+            pair = (b, o) if hib else (o, b)
+        else:
+            b, o = ([x["sim_per_op"][metric] for x in samples if x["kernel"] == k and metric in (x.get("sim_per_op") or {})] for k in (base, label))
+            pair = (b, o)
+        if b and o:
+            pairs.append(pair)
+            used.append(n)
+    if not pairs or any(min(sum(x), sum(y)) <= 0 for x, y in pairs):
+        return None  # nothing measured, or a zero count, which has no geometric mean
+    return _geomean_row(pairs, used)
 
 
 BOOT_COUNTS = ("insns", "l1i_misses", "taken_branches")

@@ -73,11 +73,13 @@ class RunOptions:
         return kconfig.resolve(self.base, self.config, list(self.fragments)), source.resolve(self.source)
 
     def builder(self, spec: kconfig.ConfigSpec, src: KernelSource) -> Callable[..., dict]:
-        """build(variant, label, profile=None): the run's kernel of that variant in RUN/builds/label (cached)."""
+        """build(variant, label, profile=None): the run's kernel of that variant (a name, or a variants.Variant from a
+        user's file) in RUN/builds/label (cached)."""
 
-        def build(variant: str, label: str, profile: Path | None = None) -> dict:
-            kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and variant == "optimized" else ()
-            return kbuild.build(kbuild.BuildRequest(src, spec, variants.get(variant), self.run_dir / "builds" / label, profile, self.jobs, kcflags))
+        def build(variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
+            v = variants.get(variant) if isinstance(variant, str) else variant
+            kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and v.name == "optimized" else ()
+            return kbuild.build(kbuild.BuildRequest(src, spec, v, self.run_dir / "builds" / label, profile, self.jobs, kcflags))
 
         return build
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kpgo.commands.build import add_variant_file_option
 from kpgo.commands.common import add_design_options, add_guest_options, design_from, guest_from, sim_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("study", help="studies on a run: universal profile, cross-application, sensitivity, kernel share",
+    p = sub.add_parser("study", help="studies on a run: universal profile, cross-application, sensitivity, kernel share, compiler variants",
                        description="Extend a finished `kpgo run` directory with a study; cached steps are reused. "
                        "Each prints its table; `kpgo report RUN_DIR` draws the figures.")
     s = p.add_subparsers(dest="study_name", required=True, metavar="STUDY")
@@ -38,6 +39,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=share, boots=1)
+    q = s.add_parser("compiler", help="compiler variants (-O3, -Os, GCC 11, Clang, inlining, no reordering, PGO with them) beside -O2",
+                     description="Build each compiler variant from the run's kernel source and configuration (PGO variants once "
+                     "per workload, with the run's profiles; every build cached and proven like the run's), measure each beside "
+                     "-O2 vanilla on the run's workloads with the bench design below (simulated counters under TCG, wall-clock "
+                     "under KVM), and print per variant and workload the ratio to vanilla with its 95% CI, the geomeans and the "
+                     "code size. The design options left out (boots, runs, order, simulator) are the run's own. Results: "
+                     "RUN_DIR/studies/compiler/ (results.json, compiler.json); `kpgo report RUN_DIR` draws the figures. "
+                     "docs/COMPILERS.md.")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--variants", metavar="NAME[,NAME...]", default=None,
+                   help="the variants (`kpgo variants list`; vanilla, the baseline, is always measured); default: "
+                   "vanilla,o3,os,gcc11,clang,inline,noreorder,optimized,pgo-o3,pgo-pt")
+    q.add_argument("--workload", metavar="NAME[,NAME...]", default=None, help="measure on these of the run's workloads only (default: all of them)")
+    add_variant_file_option(q)
+    add_design_options(q)
+    add_guest_options(q)
+    q.set_defaults(func=compiler, boots=None, runs=None, order=None)  # None: the run's (see compiler())
 
 
 def extend_run(args: argparse.Namespace) -> int:
@@ -65,7 +83,7 @@ def sensitivity(args: argparse.Namespace) -> int:
     fixed = [s for s in args.set if s.partition("=")[0].strip().rpartition(".")[2] == key]
     if fixed:
         raise UserError(f"--set {fixed[0]} fixes the parameter --vary {key} varies", f"drop --set {key}=... or vary another parameter")
-    specs = study.variants(args.workload, key, vals, args.set)
+    specs = study.vary(args.workload, key, vals, args.set)
     names = [s["name"] for s in specs]
     twice = [n for i, n in enumerate(names) if n in names[:i]]
     if twice:
@@ -86,4 +104,18 @@ def share(args: argparse.Namespace) -> int:
     res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "share")
+    return 0
+
+
+def compiler(args: argparse.Namespace) -> int:
+    from kpgo import bench, study, variants, workloads
+
+    chosen = variants.parse_names(args.variants or ",".join(variants.STUDY_DEFAULTS), args.variant_file)
+    names = workloads.parse_names(args.workload) if args.workload else None
+    run = study.run_options(args.run_dir).design
+    design = bench.Design(args.boots or run.boots, args.runs or run.runs, args.order or run.order, args.seed)
+    sim = sim_from(args) if args.sim is not None or args.sim_opt else study.run_options(args.run_dir).sim
+    table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim)
+    print(study.format_compiler(table), flush=True)
+    bench.raise_if_failed(results, args.run_dir / "studies" / "compiler")
     return 0

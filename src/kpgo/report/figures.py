@@ -259,3 +259,24 @@ def strips(groups: Sequence[str], series: Sequence[str], values: dict[tuple[str,
     ax.set_title(_wrap(title, width), fontsize=11)
     fig.legend(loc="outside lower center", ncol=min(len(series), 4), fontsize=9, frameon=False)
     return png(fig)
+
+
+def tradeoff(points: Sequence[tuple[str, float, Cell]], *, title: str, xlabel: str, ylabel: str, lower_is_better: bool) -> bytes:
+    """One point per variant: code size (x) against a ratio to the baseline (y) with its CI as a whisker, each point
+    named; the baseline's line at 1 and an arrow toward the better corner (smaller and better)."""
+    fig = _figure(8.0, 5.2)
+    ax = fig.add_subplot()
+    colors = _colors(len(points))
+    for (label, x, c), color in zip(points, colors):
+        has_ci = not (math.isnan(c.lo) or math.isnan(c.hi))
+        yerr = [[max(c.value - c.lo, 0.0)], [max(c.hi - c.value, 0.0)]] if has_ci else None
+        ax.errorbar([x], [c.value], yerr=yerr, fmt="o", color=color, ecolor="black", elinewidth=0.9, capsize=3, markersize=7)
+        ax.annotate(label + (present.MARK if c.star else ""), (x, c.value), xytext=(6, 4), textcoords="offset points", fontsize=9)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.annotate("better", xy=(0.04, 0.06 if lower_is_better else 0.94), xycoords="axes fraction", fontsize=9, color="grey",
+                va="bottom" if lower_is_better else "top")
+    ax.set_title(_wrap(title, 8.0), fontsize=11)
+    return png(fig)

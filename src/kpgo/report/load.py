@@ -1,7 +1,8 @@
 """What a run directory holds, read once and checked just enough that the sections can trust it.
 
 RUN_DIR/run.json (kpgo run), RUN_DIR/bench/results.json (schema 2: every kernel x workload of one interleaved
-bench), RUN_DIR/studies/sensitivity/results.json (same schema), RUN_DIR/profiles/NAME (fixed profiles) and
+bench), RUN_DIR/studies/sensitivity/results.json (same schema), RUN_DIR/studies/compiler/results.json (same schema)
+with its table compiler.json, RUN_DIR/profiles/NAME (fixed profiles) and
 RUN_DIR/builds/LABEL (kernel builds). Everything but one of the two JSON files is optional."""
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class RunData:
     run: dict[str, Any] | None  # run.json
     results: dict[str, Any] | None  # bench/results.json
     sensitivity: dict[str, Any] | None  # studies/sensitivity/results.json
+    compiler: dict[str, Any] | None = None  # studies/compiler/results.json
+    compiler_table: dict[str, Any] | None = None  # studies/compiler/compiler.json (kpgo.study.compiler_table)
 
     @property
     def baseline(self) -> str:
@@ -33,7 +36,7 @@ class RunData:
         own = self.run_dir / "builds" / label
         if own.is_dir():
             return own
-        for res in (self.results, self.sensitivity):
+        for res in (self.results, self.sensitivity, self.compiler):
             k = ((res or {}).get("kernels") or {}).get(label) or {}
             if k.get("build_dir") and Path(k["build_dir"]).is_dir():
                 return Path(k["build_dir"])
@@ -90,7 +93,12 @@ def load(run_dir: Path) -> RunData:
     sens = read_json(spath, "the sensitivity study")
     if sens is not None:
         check_results(sens, spath)
+    cpath = run_dir / "studies" / "compiler" / "results.json"
+    comp = read_json(cpath, "the compiler study (`kpgo study compiler`)")
+    if comp is not None:
+        check_results(comp, cpath)
+    table = read_json(run_dir / "studies" / "compiler" / "compiler.json", "the compiler study (`kpgo study compiler`)")
     if run is None and results is None:
         raise UserError(f"{run_dir} has neither run.json nor bench/results.json",
                         "give the directory of a `kpgo run` (its --dir) after it finished")
-    return RunData(run_dir=run_dir, run=run, results=results, sensitivity=sens)
+    return RunData(run_dir=run_dir, run=run, results=results, sensitivity=sens, compiler=comp, compiler_table=table if comp is not None else None)

@@ -29,7 +29,8 @@ SIMILARITY = Heading(7, "similarity", "Profile similarity")
 KERNEL_SHARE = Heading(8, "kernel_share", "Kernel share")
 CODE_SIZE = Heading(9, "code_size", "Code size and top functions")
 PROOF = Heading(10, "proof", "Proof that GCC used the profile")
-COMPARE = Heading(11, "compare", "Comparison with another run")  # only with --compare (kpgo.report.compare)
+COMPILER = Heading(11, "compiler", "Compiler study")
+COMPARE = Heading(12, "compare", "Comparison with another run")  # only with --compare (kpgo.report.compare)
 
 UNIVERSAL_KERNELS = ("universal-raw", "universal-norm")
 SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses")  # the simulated counts of section 3's tables
@@ -792,6 +793,57 @@ def proof(ctx: Context) -> Section | Skipped:
     return Section(PROOF, how, blocks, {"workloads": proofs})
 
 
+# -- 11. compiler study ---------------------------------------------------------------------------------------------
+
+
+def compiler(ctx: Context) -> Section | Skipped:
+    from kpgo import study
+
+    res, table = ctx.data.compiler, ctx.data.compiler_table
+    if res is None or table is None:
+        return Skipped(COMPILER, "no studies/compiler/results.json and compiler.json (`kpgo study compiler`)")
+    run = ctx.data.run
+    head = table["metrics"][0]
+    how = measure.sim(res, run) if head != "speedup" else measure.wall(res, run)
+    name = f"simulated {present.metric_title(head)}" if head != "speedup" else "wall-clock speedup"
+    rows = table["variants"]
+    blocks: list[Any] = ["Each compiler variant (`kpgo variants list`, docs/COMPILERS.md) built from the run's source and "
+                         "configuration and measured beside -O2 vanilla in one interleaved bench; PGO variants once per "
+                         "workload, with that workload's profile, on that workload. From studies/compiler/."]
+    van = next((v for v in rows if v["variant"] == "vanilla"), None)
+    van_size = ((van or {}).get("size", {}).get("functions_size") or {}).get("mean")
+    points = [(v["variant"], v["size"]["functions_size"]["mean"], Cell(1.0) if v is van else Cell.of(v["geomean"].get(head)))
+              for v in rows if v["size"].get("functions_size") and (v is van or v["geomean"].get(head))]
+    if van_size and len(points) > 1:
+        blocks.append(Figure("compiler-tradeoff",
+                             f"Code size (sum of vmlinux's function symbols; PGO variants: the mean of their per-workload kernels) "
+                             f"against the geometric mean over the workloads of {name}, ratio to -O2 vanilla, with its 95% CI; "
+                             f"{present.footnote(meaning='')}. {how}",
+                             f"Scatter plot: code size against {name} per compiler variant {measure.under(res, run)}",
+                             figures.tradeoff([(lb, x, c) for lb, x, c in points if c is not None],
+                                              title=f"Compiler variants: code size vs {name} (geomean, ratio to -O2 vanilla)",
+                                              xlabel="code size: functions (bytes)", ylabel=f"{name}, ratio to -O2 vanilla",
+                                              lower_is_better=head != "speedup")))
+    groups = [*table["workloads"], "geomean"]
+    series = [v["variant"] for v in rows if v is not van]
+    cells: dict[tuple[str, str], Cell] = {}
+    for v in rows:
+        for g in groups:
+            c = Cell.of(v["geomean"].get(head) if g == "geomean" else v["workloads"].get(g, {}).get(head))
+            if c is not None and v is not van:
+                cells[(g, v["variant"])] = c
+    if cells:
+        blocks.append(Figure("compiler-bars", f"{name[0].upper() + name[1:]} per workload and compiler variant, ratio to -O2 vanilla "
+                             f"with its 95% CI; {present.footnote(meaning='')}. {how}",
+                             f"Bar chart: {name} per workload and compiler variant {measure.under(res, run)}",
+                             figures.bar_chart(groups, series, cells, title=f"Compiler study: {name}, ratio to -O2 vanilla",
+                                               ylabel="ratio to -O2 vanilla", separate_last=True)))
+    for title, header, trows, numeric in study.compiler_tables(table):
+        blocks.append(Table(f"{title}. {how}", header, trows, numeric))
+    blocks.append(FOOTNOTE)
+    return Section(COMPILER, how, blocks, table)
+
+
 BUILDERS: list[Callable[[Context], Section | Skipped]] = [
-    headline, header, speedup, simulated, universal, cross, sensitivity, similarity, kernel_share, code_size, proof,
+    headline, header, speedup, simulated, universal, cross, sensitivity, similarity, kernel_share, code_size, proof, compiler,
 ]
