@@ -98,9 +98,13 @@ def validate(spec: dict[str, Any]) -> list[str]:
             if m[1] not in known and m[1] not in extra:
                 problems.append(f"{where}: {{{m[1]}}} is not a parameter")
 
-    for f in spec.get("files", []):
+    for i, f in enumerate(spec.get("files", [])):
+        if not {"path", "text"} <= set(f):
+            problems.append(f"files {i + 1}: needs path and text (or source)")
         check_template(f.get("path", ""), "files.path")
         check_template(f.get("text", ""), f"files {f.get('path')}")
+    if "paper" in spec and "params" not in spec["paper"]:
+        problems.append("paper needs params")
     if "server" in spec:
         srv = spec["server"]
         if not srv.get("argv") or "ready_tcp" not in srv:
