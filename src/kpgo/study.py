@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kpgo import atomic, bench, pipeline, vm, workloads
 from kpgo.errors import UserError
+from kpgo.guest.contract import Workload
 
 
 def run_options(run_dir: Path) -> pipeline.RunOptions:
@@ -38,7 +40,7 @@ def _builder(run_dir: Path):
     return opts.builder(*opts.kernel())
 
 
-def variants(name: str, key: str, values: list[str], overrides: list[str]) -> list[dict]:
+def variants(name: str, key: str, values: list[str], overrides: list[str]) -> list[Workload]:
     """The workload once per value of KEY, renamed NAME+KEY-VALUE (a name that is also a directory name virtme-ng
     can share: letters, digits and _ + . - only, so other characters of the value become _)."""
     if len(values) < 2:
@@ -46,26 +48,25 @@ def variants(name: str, key: str, values: list[str], overrides: list[str]) -> li
     out = []
     for v in values:
         spec = workloads.load(name, overrides + [f"{key}={v}"])
-        spec["name"] = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{name}+{key}-{v}")
-        out.append(spec)
+        out.append(replace(spec, name=re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{name}+{key}-{v}")))
     return out
 
 
-def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
+def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
     build = _builder(run_dir)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
     for wl in specs:
         prof = pipeline.collect_cached(out / "profiles", run_dir / "builds" / "instrumented", instr, wl, guest)
         pipeline.fix_cached(out / "profiles", instr, wl, prof)
-        build("optimized", f"optimized-{wl['name']}", out / "profiles" / wl["name"])
+        build("optimized", f"optimized-{wl.name}", out / "profiles" / wl.name)
     build("vanilla", "vanilla")
     kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [
-        bench.Kernel(f"optimized-{w['name']}", run_dir / "builds" / f"optimized-{w['name']}") for w in specs]
+        bench.Kernel(f"optimized-{w.name}", run_dir / "builds" / f"optimized-{w.name}") for w in specs]
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim)
 
 
-def share(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
+def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
     _builder(run_dir)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
     atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))

@@ -156,7 +156,7 @@ class Client:
 @dataclass(frozen=True)
 class Job:
     mode: str  # "collect" (gcov counters reset after the warm-up, snapshot after the load) or "bench"
-    workload: dict[str, Any]  # the workload's spec (kpgo.workloads)
+    workload: Workload
     runs: int = 1  # measured runs
     build_dir: str | None = None  # collect: the kernel's build directory, the prefix of its gcov tree
     sim: bool = False  # each measured run in its own window of kpgo's QEMU plugin
@@ -165,7 +165,7 @@ class Job:
     tools_dir: str = ""  # kpgo's helper programs (kpgo-window, leveldb-bench)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "workload": self.workload, "runs": self.runs}
+        out: dict[str, Any] = {"mode": self.mode, "workload": self.workload.to_json(), "runs": self.runs}
         if self.build_dir is not None:
             out["build_dir"] = self.build_dir
         if self.sim:  # the keys a simulated boot's job has always had, and only it
@@ -178,7 +178,7 @@ class Job:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
         client = data.get("client")
-        return cls(**dict(data, client=Client(**client) if client else None))
+        return cls(**dict(data, workload=Workload.from_json(data["workload"]), client=Client(**client) if client else None))
 
 
 @dataclass
