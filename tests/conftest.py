@@ -13,8 +13,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from kpgo.guest.contract import Workload
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,6 +49,12 @@ def kpgo(*args: str | Path, timeout: float = 3000, env: dict[str, str] | None = 
     res = CliResult(cp.returncode, cp.stdout, cp.stderr, time.monotonic() - t)
     print(f"\n$ kpgo {' '.join(map(str, args))}  [{res.seconds:.0f} s, exit {res.returncode}]\n{cp.stderr[-3000:]}")
     return res
+
+
+def workload(name: str, **fields: Any) -> Workload:
+    """A workload made by hand for a test: the fields it gives (as in a workload file), placeholders for the other required ones."""
+    return Workload.from_json({"name": name, "description": f"{name}, a test's", "unit": "ops/s", "higher_is_better": True,
+                               "aggregate": "mean", "params": {}, "load": [], **fields})
 
 
 def assert_one_line_error(res: CliResult, code: int, *needles: str) -> None:

@@ -109,6 +109,7 @@ def test_optimized_build_leaves_profile_untouched(tiny_run: Path) -> None:
 
 def test_run_dir_virtme_cannot_share(tmp_path: Path) -> None:
     # Refused before any boot, with the reason: vng's --rwdir takes no '@', '=' or ':' in a path.
+    from conftest import workload
     from kpgo import vm
     from kpgo.errors import UserError
     from kpgo.guest import contract
@@ -116,5 +117,5 @@ def test_run_dir_virtme_cannot_share(tmp_path: Path) -> None:
     kernel = tmp_path / "bzImage"
     kernel.write_bytes(b"not booted")
     with pytest.raises(UserError, match="virtme-ng cannot share"):
-        vm.run_agent(kernel, tmp_path / "a@b", contract.Job(mode="bench", workload={}), guest=vm.Guest(), log=tmp_path / "log", accel="tcg")
+        vm.run_agent(kernel, tmp_path / "a@b", contract.Job(mode="bench", workload=workload("never")), guest=vm.Guest(), log=tmp_path / "log", accel="tcg")
     assert not (tmp_path / "a@b").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import workload
 from kpgo import bench, cli, sim, vm
 from kpgo.commands.common import sim_from
 from kpgo.errors import UserError
@@ -46,9 +47,8 @@ def _sample(kernel: str, workload: str, rnd: int, value: float, insns: float) ->
 
 def test_tables_lead_with_simulated_figures_and_list_failures() -> None:
     kernels = [bench.Kernel("vanilla", Path("/v")), bench.Kernel("opt", Path("/o"))]
-    wls = [{"name": "w", "params": {}, "unit": "ops/s", "higher_is_better": True},
-           {"name": "bad", "params": {}, "unit": "ops/s", "higher_is_better": True}]
-    cells = [(k.label, w["name"]) for k in kernels for w in wls]
+    wls = [workload("w", unit="ops/s"), workload("bad", unit="ops/s")]
+    cells = [(k.label, w.name) for k in kernels for w in wls]
     samples = [_sample("vanilla", "w", r, 100 + r, 1000 + r) for r in range(3)] + [_sample("opt", "w", r, 101 + r, 900 + r) for r in range(3)]
     res = bench.summarize(kernels, wls, cells, samples, "vanilla")
     assert "bad" not in res["workloads"]  # no baseline sample: no ratios

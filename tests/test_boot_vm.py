@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import workload
 from kpgo import vm
 from kpgo.errors import InfraError
 from kpgo.guest import contract
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.vm
 
 def test_a_boot_without_the_agent_in_time_is_retried_then_fails(tiny_run: Path, tmp_path: Path) -> None:
     kernel = kbuild.image(tiny_run / "builds" / "vanilla")
-    job = contract.Job(mode="bench", workload={"name": "never", "params": {}, "load": []})
+    job = contract.Job(mode="bench", workload=workload("never"))
     guest = vm.Guest(start_timeout=1.0)  # no kernel reaches the agent in 1 s, so every boot counts as hung
     log = tmp_path / "console.log"
     t0 = time.monotonic()

@@ -18,22 +18,22 @@ NETWORK = ["apache", "memcached", "mysql", "nginx", "postgresql", "redis"]
 
 
 def test_only_network_workloads_take_a_host_client() -> None:
-    specs = {s["name"]: s for s in workloads.load_many("all", client="host")}
+    specs = {s.name: s for s in workloads.load_many("all", client="host")}
     assert sorted(n for n, s in specs.items() if client.placement_of(s) == "host") == NETWORK
     assert {client.placement_of(specs[n]) for n in ("micro", "leveldb", "rocksdb")} == {"none"}
     for n in NETWORK:  # the client steps are the warm-up and the measured load, nothing else
         s = specs[n]
-        assert all(st.get("client") for kind in ("warmup", "load") for st in s[kind])
-        assert not any(st.get("client") for kind in ("setup", "prepare") for st in s.get(kind, []))
+        assert all(st.client for kind in ("warmup", "load") for st in getattr(s, kind))
+        assert not any(st.client for kind in ("setup", "prepare") for st in getattr(s, kind))
     # guest placement (the default) adds nothing to the spec, so keys derived from it stay as they were
-    assert "client" not in workloads.load("redis")
+    assert "client" not in workloads.load("redis").to_json()
 
 
 def test_client_flag_only_on_steps_that_drive_the_server() -> None:
-    spec = workloads.load("redis")
+    spec = workloads.load("redis").to_json()
     spec["prepare"] = [{"name": "p", "argv": ["true"], "client": True}]
     assert any("client = true" in p for p in workloads.validate(spec))
-    spec = workloads.load("micro")
+    spec = workloads.load("micro").to_json()
     spec["load"][0]["client"] = True
     assert any("client = true" in p for p in workloads.validate(spec))
 

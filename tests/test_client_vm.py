@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,8 @@ def test_server_that_never_comes_up_ends_cleanly(tiny_run: Path, tmp_path: Path)
     """The server fails before the handshake: one error naming the phase, the guest shut down (no QEMU
     left), the logs kept."""
     wl = workloads.load_many("redis", client="host")[0]
-    wl["server"]["argv"] = ["false"]
+    assert wl.server is not None
+    wl = replace(wl, server=replace(wl.server, argv=("false",)))
     kernel = tiny_run / "builds" / "vanilla" / "arch" / "x86" / "boot" / "bzImage"
     rundir = tmp_path / "guest"
     with pytest.raises(InfraError) as e:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from conftest import workload
 from kpgo import client, proc, vm, workloads
 from kpgo.errors import InfraError
 from kpgo.guest import contract
@@ -24,9 +25,9 @@ from kpgo.guest import contract
 AGENT = Path(vm.AGENT)
 
 
-def one_step(step: dict[str, Any]) -> dict[str, Any]:
+def one_step(step: dict[str, Any]) -> contract.Workload:
     """A workload of one load step, nothing else to start."""
-    return {"name": "tiny", "params": {}, "aggregate": "hmean", "load": [{"name": "x", **step}]}
+    return workload("tiny", aggregate="hmean", load=[{"name": "x", **step}])
 
 
 RATE = {"argv": ["echo", "rate 5 ops 10"], "metric": r"rate (?P<value>[0-9.]+)", "ops": r"ops (?P<value>[0-9]+)"}
@@ -37,11 +38,11 @@ def test_job_round_trip_keeps_the_wire_format() -> None:
     host = contract.Client(where="host", rundir="/r/client", control_port=7399, guest_addr="10.0.2.15")
     job = contract.Job(mode="collect", workload=wl, runs=2, build_dir="/b", sim=True, sim_boot=False, client=host, tools_dir="/t")
     data = json.loads(json.dumps(job.to_json()))
-    assert data == {"mode": "collect", "workload": wl, "runs": 2, "build_dir": "/b", "sim": True, "sim_boot": False,
+    assert data == {"mode": "collect", "workload": wl.to_json(), "runs": 2, "build_dir": "/b", "sim": True, "sim_boot": False,
                     "client": {"where": "host", "rundir": "/r/client", "control_port": 7399, "guest_addr": "10.0.2.15"}, "tools_dir": "/t"}
     assert contract.Job.from_json(data) == job
     plain = contract.Job(mode="bench", workload=wl)  # no simulator, no host client: their keys are absent, as before
-    assert plain.to_json() == {"mode": "bench", "workload": wl, "runs": 1, "tools_dir": ""}
+    assert plain.to_json() == {"mode": "bench", "workload": wl.to_json(), "runs": 1, "tools_dir": ""}
     assert contract.Job.from_json(plain.to_json()) == plain
 
 

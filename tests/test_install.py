@@ -63,7 +63,7 @@ def test_installed_commands_read_their_data(installed: Path) -> None:
         assert name in cp.stdout
     # The helper program's source resolves inside the installed package.
     cp = _run_installed(installed, "-c", "from kpgo import workloads; from kpgo.workloads import install; "
-                        "spec = workloads.load('leveldb'); print(*[install._tool_source(b) for b in spec['build']], sep='\\n')")
+                        "spec = workloads.load('leveldb'); print(*[install._tool_source(b) for b in spec.build], sep='\\n')")
     assert cp.returncode == 0, cp.stderr
     for line in cp.stdout.split():
         assert Path(line).is_file() and Path(line).resolve().is_relative_to(installed.resolve()), line

@@ -27,8 +27,8 @@ def test_round_trip_through_json(tmp_path: Path) -> None:
                    "--dir", str(tmp_path / "r"))
     again = pipeline.RunOptions.from_json(json.loads(json.dumps(opts.to_json())), tmp_path / "r")
     assert again == opts
-    assert [w["name"] for w in again.workloads] == ["redis", "micro"] and again.workloads[0]["params"]["requests"] == 30000
-    assert again.workloads[0]["client"] == "host" and again.sim.mode == "auto" and again.sim.config.boot
+    assert [w.name for w in again.workloads] == ["redis", "micro"] and again.workloads[0].params["requests"] == 30000
+    assert again.workloads[0].client == "host" and again.sim.mode == "auto" and again.sim.config.boot
     assert again.design == bench.Design(2, 1, "random", 7) and again.guest == vm.Guest(1, "2G", 900.0)
 
 

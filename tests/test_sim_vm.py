@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,7 @@ def test_empty_window_costs_little(probe_windows: list[dict]) -> None:
 
 def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_path: Path) -> None:
     wl = workloads.load("micro", ["seconds=1", "procs=1"])
-    wl["load"] = [s for s in wl["load"] if s["name"] in ("syscall", "pipe", "fork")]  # 3 steps: a short window
+    wl = replace(wl, load=tuple(s for s in wl.load if s.name in ("syscall", "pipe", "fork")))  # 3 steps: a short window
     job = contract.Job(mode="bench", workload=wl, runs=2)
     t = time.monotonic()
     result = vm.run_agent(tiny_kernel, tmp_path / "guest", job, guest=GUEST, log=tmp_path / "console.log", accel=accel, sim=sim.SimConfig())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from conftest import workload
 from kpgo import stats
 
 
@@ -66,15 +67,14 @@ def test_summarize_speedup_orientation_and_sim() -> None:
     from kpgo import bench
 
     ks = [bench.Kernel("vanilla", Path("/v")), bench.Kernel("opt", Path("/o"))]
-    wls = [{"name": "tput", "params": {}, "unit": "req/s", "higher_is_better": True},
-           {"name": "lat", "params": {}, "unit": "ms", "higher_is_better": False}]
+    wls = [workload("tput", unit="req/s", higher_is_better=True), workload("lat", unit="ms", higher_is_better=False)]
     sim = {m: 1.0 for m in bench.SIM_METRICS}
     samples = []
     for r, (vt, ot, vl, ol) in enumerate([(100, 120, 10, 8), (102, 118, 10.2, 8.1), (98, 121, 9.9, 7.9)]):
         for k, w, v, ins in (("vanilla", "tput", vt, 1000), ("opt", "tput", ot, 900), ("vanilla", "lat", vl, 1000), ("opt", "lat", ol, 900)):
             samples.append({"round": r, "kernel": k, "workload": w, "mean": float(v), "values": [float(v)], "kernel_share": [0.5],
                             "sim_per_op": sim | {"kernel_insns_per_op": ins + r}})
-    cells = [(k.label, w["name"]) for w in wls for k in ks]
+    cells = [(k.label, w.name) for w in wls for k in ks]
     res = bench.summarize(ks, wls, cells, samples, "vanilla")
     opt_t = next(s for s in res["workloads"]["tput"]["summary"] if s["kernel"] == "opt")
     opt_l = next(s for s in res["workloads"]["lat"]["summary"] if s["kernel"] == "opt")

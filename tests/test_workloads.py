@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kpgo import workloads
 from kpgo.errors import UserError
+from kpgo.guest import contract
 
 AGENT = Path(__file__).resolve().parent.parent / "src" / "kpgo" / "guest" / "agent.py"
 RECORDED = Path(__file__).resolve().parent / "data" / "workloads"
@@ -28,18 +30,18 @@ def agent():  # the agent is a stand-alone script (it runs inside the guest), so
 
 def test_the_suite_is_complete() -> None:
     assert workloads.names() == ALL
-    assert [w["name"] for w in workloads.load_many("all")] == ALL
+    assert [w.name for w in workloads.load_many("all")] == ALL
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_spec_is_valid(name: str) -> None:
     wl = workloads.load(name)
-    assert workloads.validate(wl) == []
-    assert wl["packages"] and wl["unit"] and "params" in wl and "paper" in wl
+    assert workloads.validate(wl.to_json()) == []
+    assert wl.packages and wl.unit and "params" in wl.to_json() and wl.paper is not None
 
 
 def test_validate_catches_mistakes() -> None:
-    wl = workloads.load("nginx")
+    wl = workloads.load("nginx").to_json()
     wl["load"][0]["argv"].append("{no_such_param}")
     wl["load"][0]["metric"] = "Requests/sec: ([0-9.]+)"  # no value group
     problems = " ".join(workloads.validate(wl))
@@ -47,7 +49,7 @@ def test_validate_catches_mistakes() -> None:
 
 
 def test_validate_catches_unknown_keys_and_types() -> None:
-    wl = workloads.load("redis")
+    wl = workloads.load("redis").to_json()
     wl["warmpu"] = wl.pop("warmup")  # a typo would have skipped the warm-up silently
     wl["load"][0]["timout"] = 60
     wl["server"]["ready_timeout"] = "soon"
@@ -73,8 +75,8 @@ def test_a_bad_workload_file_is_refused_when_it_loads(tmp_path: Path, monkeypatc
 def test_overrides_plain_scoped_and_typed() -> None:
     specs = workloads.load_many("redis,nginx", ["port=7000", "redis.clients=8", "nginx.duration=5"])
     redis, nginx = specs
-    assert redis["params"]["port"] == nginx["params"]["port"] == 7000  # plain: every workload that has it
-    assert redis["params"]["clients"] == 8 and nginx["params"]["duration"] == 5
+    assert redis.params["port"] == nginx.params["port"] == 7000  # plain: every workload that has it
+    assert redis.params["clients"] == 8 and nginx.params["duration"] == 5
     with pytest.raises(UserError, match="not a parameter"):
         workloads.load_many("redis", ["nosuch=1"])
     with pytest.raises(UserError, match="not a parameter"):
@@ -90,7 +92,7 @@ def test_overrides_plain_scoped_and_typed() -> None:
 def test_templates_fill_only_known_names() -> None:
     a = agent()
     assert a.fill("events { worker_connections 1024; } listen {port};", {"port": 80}) == "events { worker_connections 1024; } listen 80;"
-    step = {"name": "tcp", "each": "procs"}
+    step = contract.Step(name="tcp", argv=("true",), each="procs")
     assert [n for n, _ in a.expand(step, {"procs": "1, 4,16"})] == ["tcp-1", "tcp-4", "tcp-16"]
     assert a.expand(step, {"procs": "2"})[0][1]["each"] == "2"
 
@@ -103,12 +105,12 @@ def test_aggregates() -> None:
     assert a.aggregate([0.0, 3.0], "geomean") == 0.0
 
 
-def recorded_steps(name: str) -> list[tuple[dict, str, Path]]:
+def recorded_steps(name: str) -> list[tuple[contract.Step, str, Path]]:
     wl = workloads.load(name)
     a = agent()
     out = []
-    for step in wl["load"]:
-        for step_name, _ in a.expand(step, wl["params"]):
+    for step in wl.load:
+        for step_name, _ in a.expand(step, wl.params):
             out.append((step, step_name, RECORDED / name / f"{step_name}.txt"))
     return out
 
@@ -133,12 +135,12 @@ def test_recorded_output_parses(name: str) -> None:
     for step, step_name, path in recorded_steps(name):
         text = path.read_text()
         parts, _ = a.parse_step(text, step)
-        count = a.op_count(text, step, parts, dict(workloads.load(name)["params"], each=step_name.rsplit("-", 1)[-1]))
+        count = a.op_count(text, step, parts, dict(workloads.load(name).params, each=step_name.rsplit("-", 1)[-1]))
         assert count is not None and count > 0, f"{name} step {step_name}: no exact operation count"
         ops += count
     assert ops == expected["ops"]
     wl = workloads.load(name)
-    assert a.aggregate(list(got_parts.values()), wl["aggregate"]) == pytest.approx(expected["value"])
+    assert a.aggregate(list(got_parts.values()), wl.aggregate) == pytest.approx(expected["value"])
 
 
 def test_hand_checked_figures() -> None:
@@ -180,16 +182,16 @@ def test_hand_counted_operations() -> None:
         step, path = next((s, p) for s, n, p in recorded_steps(name) if n == step_name)
         text = path.read_text()
         parts, _ = a.parse_step(text, step)
-        params = dict(workloads.load(name)["params"], each=step_name.rsplit("-", 1)[-1])
+        params = dict(workloads.load(name).params, each=step_name.rsplit("-", 1)[-1])
         assert a.op_count(text, step, parts, params) == value, (name, step_name)
 
 
 def test_time_based_step_without_count_is_estimated() -> None:
     """A step with neither `ops` nor `ops_per_part` has no exact count: the agent estimates it."""
     a = agent()
-    step = {"name": "x", "argv": ["true"], "metric": r"^rate (?P<value>[0-9.]+)"}
+    step = contract.Step(name="x", argv=("true",), metric=r"^rate (?P<value>[0-9.]+)")
     assert a.op_count("rate 10\n", step, {"": 10.0}, {}) is None
-    assert a.op_count("nothing", dict(step, ops=r"^n (?P<value>[0-9]+)"), {"": 10.0}, {}) is None
+    assert a.op_count("nothing", replace(step, ops=r"^n (?P<value>[0-9]+)"), {"": 10.0}, {}) is None
 
 
 def test_kernel_config_requirements(tmp_path: Path) -> None:
@@ -203,7 +205,7 @@ def test_kernel_config_requirements(tmp_path: Path) -> None:
 
 def test_failed_generator_output_is_no_metric() -> None:
     a = agent()
-    step = workloads.load("redis")["load"][0]
+    step = workloads.load("redis").load[0]
     parts, _ = a.parse_step("Could not connect to Redis at 127.0.0.1:6379: Connection refused\n", step)
     assert parts == {}
 
@@ -213,7 +215,7 @@ def test_missing_package_is_named() -> None:
 
     wl = workloads.load("redis")
     assert install.missing_packages([wl]) == {}  # setup installed them
-    wl["packages"] = ["redis-server", "kpgo-no-such-package"]
+    wl = replace(wl, packages=("redis-server", "kpgo-no-such-package"))
     with pytest.raises(UserError) as e:
         install.require([wl])
     assert "redis needs kpgo-no-such-package" in str(e.value) and "kpgo workloads install redis" in str(e.value)
@@ -229,7 +231,7 @@ def test_leveldb_bench_is_built_and_runs(tmp_path: Path) -> None:
     install.build_tools([wl])
     exe = install.tools_dir() / "leveldb-bench"
     out = subprocess.run([str(exe), f"--db={tmp_path / 'db'}", "--num=2000"], capture_output=True, text=True, check=True).stdout
-    parts, secondary = agent().parse_step(out, wl["load"][0])
+    parts, secondary = agent().parse_step(out, wl.load[0])
     assert set(parts) == {"fillseq", "fillrandom", "readrandom", "readseq"} and all(v > 0 for v in parts.values())
     bad = subprocess.run([str(exe), f"--db={tmp_path / 'db'}", "--benchmarks=nosuch"], capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown benchmark" in bad.stderr
@@ -272,7 +274,7 @@ def test_memcaslap_gets_its_config_file() -> None:
     """memcaslap writes a default config into its user's passwd home unless given one (-F): the workload
     ships memcaslap's own defaults and passes them to every memcaslap step."""
     wl = workloads.load("memcached")
-    [cnf] = [f for f in wl["files"] if f["path"] == "memslap.cnf"]
-    assert cnf["text"].split() == ["key", "64", "64", "1", "value", "1024", "1024", "1", "cmd", "0", "0.1", "1", "0.9"]
-    for step in wl.get("warmup", []) + wl["load"]:
-        assert step["argv"][0] == "memcaslap" and "-F" in step["argv"] and step["argv"][step["argv"].index("-F") + 1] == "{rundir}/memslap.cnf"
+    [cnf] = [f for f in wl.files if f.path == "memslap.cnf"]
+    assert cnf.text.split() == ["key", "64", "64", "1", "value", "1024", "1024", "1", "cmd", "0", "0.1", "1", "0.9"]
+    for step in wl.warmup + wl.load:
+        assert step.argv[0] == "memcaslap" and "-F" in step.argv and step.argv[step.argv.index("-F") + 1] == "{rundir}/memslap.cnf"

@@ -134,9 +134,10 @@ def sim_per_op(windows: list[dict], ops_per_run: list[float], line: int = 64) ->
     return {m: sum(d[m] for d in per) / len(per) for m in SIM_METRICS}
 
 
-def _cell_key(build: dict, workload: dict, runs: int, sim: Any) -> str:
+def _cell_key(build: dict, workload: contract.Workload, runs: int, sim: Any) -> str:
     sim_key = {**asdict(sim), "report_format": simulator.REPORT_FORMAT} if sim else None  # a new counter set measures again
-    text = json.dumps({"kernel": build["key"], "workload": workload, "runs": runs, "sim": sim_key}, sort_keys=True)
+    # to_json: the workload file's validated dict, which the key has hashed since the first bench
+    text = json.dumps({"kernel": build["key"], "workload": workload.to_json(), "runs": runs, "sim": sim_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -151,7 +152,7 @@ def _seed(out: Path, design: Design) -> int:
 
 def bench(
     kernels: list[Kernel],
-    wls: list[dict],
+    wls: list[contract.Workload],
     out: Path,
     *,
     design: Design,
@@ -170,7 +171,7 @@ def bench(
     if design.order not in ORDERS:
         raise UserError(f"unknown order {design.order!r}", f"use one of {', '.join(ORDERS)}")
     base = kernels[0].label
-    names = [w["name"] for w in wls]
+    names = [w.name for w in wls]
     cells = cells or [(k.label, n) for n in names for k in kernels]
     missing = [n for n in names if (base, n) not in cells]
     if missing:
@@ -181,8 +182,8 @@ def bench(
         if m is None or not m.get("ok"):
             raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
         builds[k.label] = m
-        workloads.check_kernel([w for w in wls if (k.label, w["name"]) in cells], k.build_dir)
-    spec = {w["name"]: w for w in wls}
+        workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
+    by_name = {w.name: w for w in wls}
     sim_mode = "on" if sim is not None else "off"
     if isinstance(sim, SimChoice):
         sim_mode = sim.mode
@@ -197,7 +198,7 @@ def bench(
     samples: list[dict] = []
     for step in seq:
         bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
-        key = _cell_key(builds[step["kernel"]], spec[step["workload"]], design.runs, sim)
+        key = _cell_key(builds[step["kernel"]], by_name[step["workload"]], design.runs, sim)
         try:
             rec = json.loads((bootdir / "sample.json").read_text())
             if rec.get("cell_key") == key:
@@ -216,7 +217,7 @@ def bench(
         elapsed = time.monotonic() - t0
         eta = f", ~{fmt_secs(elapsed / (n - 1) * (len(todo) - n + 1))} left" if n > 1 else ""
         say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
-        job = contract.Job(mode="bench", workload=spec[w], runs=design.runs)
+        job = contract.Job(mode="bench", workload=by_name[w], runs=design.runs)
         extra = {"sim": sim} if sim is not None else {}
         try:
             result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
@@ -274,7 +275,7 @@ def raise_if_failed(results: dict, where: Path) -> None:
                          f"the other cells are in {where / 'results.json'}; run the same command again to retry only the failed boots")
 
 
-def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
+def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
     """Per workload and kernel: describe, speedup vs the baseline with CI, simulated figures; per kernel the
     geometric mean of speedups. Speedup = ratio of means oriented so that > 1 is better."""
     by_cell: dict[tuple[str, str], list[dict]] = {}
@@ -284,7 +285,7 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
     pairs: dict[str, list[tuple[list[float], list[float]]]] = {}
     geo_names: dict[str, list[str]] = {}
     for w in wls:
-        n = w["name"]
+        n = w.name
         # A cell whose every boot failed has no sample (it is listed in results["failed"]); without the
         # baseline's samples a workload has no ratios at all, so it is left out of the summaries.
         labels = [k.label for k in kernels if (k.label, n) in cells and by_cell.get((k.label, n))]
@@ -295,7 +296,7 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
         simrows: dict[str, dict[str, dict[str, Any]]] = {}
         for label in labels:
             o = [s["mean"] for s in by_cell[(label, n)]]
-            pair = (b, o) if w["higher_is_better"] else (o, b)
+            pair = (b, o) if w.higher_is_better else (o, b)
             r, lo, hi = stats.ratio_ci(*pair)
             rows.append({"kernel": label, **stats.describe(o), "ratio": r, "speedup": r, "ci_low": lo, "ci_high": hi,
                          "ci_includes_1": stats.includes_one(lo, hi)})
@@ -310,7 +311,7 @@ def summarize(kernels: list[Kernel], wls: list[dict], cells: list[tuple[str, str
                     r, lo, hi = stats.ratio_ci(sb, so)
                     simrows[label][m] = {**stats.describe(so), "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)}
         out["workloads"][n] = {
-            "params": w["params"], "unit": w["unit"], "higher_is_better": w["higher_is_better"], "kernels": labels,
+            "params": w.params, "unit": w.unit, "higher_is_better": w.higher_is_better, "kernels": labels,
             "summary": rows, "sim": simrows or None,
         }
     out["sim_geomean"] = {}

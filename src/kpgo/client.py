@@ -31,36 +31,37 @@ CONTROL_READY = "kpgo-agent: control ready"
 PLACEMENTS = ("guest", "host")
 
 
-def has_client(workload: dict) -> bool:
+def has_client(workload: contract.Workload) -> bool:
     """A workload whose load generator can run outside the guest: a server with client steps."""
-    return "server" in workload and any(s.get("client") for kind in ("warmup", "load") for s in workload.get(kind, []))
+    return workload.server is not None and any(s.client for s in workload.warmup + workload.load)
 
 
-def placement_of(workload: dict) -> str:
+def placement_of(workload: contract.Workload) -> str:
     """'host', 'guest', or 'none' (no client: micro and the embedded databases)."""
-    return str(workload.get("client", "guest")) if has_client(workload) else "none"
+    return workload.client if has_client(workload) else "none"
 
 
-def forwarded_ports(workload: dict) -> list[int]:
+def forwarded_ports(workload: contract.Workload) -> list[int]:
     """The guest ports the host client reaches: those named in the server's readiness probe."""
     from kpgo.guest.agent import fill
 
-    _, _, port = fill(workload["server"]["ready_tcp"], workload["params"]).rpartition(":")
+    assert workload.server is not None, "only a workload with a server has a host client (has_client)"
+    _, _, port = fill(workload.server.ready_tcp, workload.params).rpartition(":")
     if not port.isdigit() or not 1 <= int(port) <= 65535 or int(port) == CONTROL_PORT:
-        raise UserError(f"{workload['name']}: port {port} cannot be forwarded from the host (1-65535, not {CONTROL_PORT})",
-                        f"choose another with --set {workload['name']}.port=N")
+        raise UserError(f"{workload.name}: port {port} cannot be forwarded from the host (1-65535, not {CONTROL_PORT})",
+                        f"choose another with --set {workload.name}.port=N")
     return [int(port)]
 
 
-def check_ports_free(workload: dict) -> None:
+def check_ports_free(workload: contract.Workload) -> None:
     """The forwarded ports must be free on the host's 127.0.0.1, or QEMU would fail to start."""
     for port in forwarded_ports(workload):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
-                raise UserError(f"port {port} on the host's 127.0.0.1 is in use, and the host client of {workload['name']} reaches the guest there",
-                                f"stop what listens on it, or choose another port with --set {workload['name']}.port=N") from None
+                raise UserError(f"port {port} on the host's 127.0.0.1 is in use, and the host client of {workload.name} reaches the guest there",
+                                f"stop what listens on it, or choose another port with --set {workload.name}.port=N") from None
 
 
 def _free_port() -> int:
@@ -83,7 +84,7 @@ class Placement:
         return asdict(self)
 
 
-def plan(workload: dict, cpus: int | None) -> Placement:
+def plan(workload: contract.Workload, cpus: int | None) -> Placement:
     """vCPUs and pinning. A host client competes with the guest's vCPUs for the host's cores: it gets
     the last core to itself and QEMU the others, with one vCPU per remaining core unless --cpus says."""
     where = placement_of(workload)
@@ -102,7 +103,7 @@ def pinned(argv: list, cores: tuple[int, ...] | None) -> list:
 class HostClient:
     """Serves one guest's client steps for the length of one boot (a thread beside the guest)."""
 
-    def __init__(self, workload: dict, placement: Placement, workdir: Path, log: Path) -> None:
+    def __init__(self, workload: contract.Workload, placement: Placement, workdir: Path, log: Path) -> None:
         self.workload = workload
         self.placement = placement
         self.workdir = workdir  # the client's run dir on the host (its files, HOME, TMPDIR)
@@ -129,7 +130,7 @@ class HostClient:
 
         for sub in ("", ".home", ".tmp"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
-        write_files(self.workload.get("files", []), dict(self.workload["params"], rundir=str(self.workdir), listen="127.0.0.1", cpus=self.placement.vcpus))
+        write_files(self.workload.files, dict(self.workload.params, rundir=str(self.workdir), listen="127.0.0.1", cpus=self.placement.vcpus))
 
     def on_console(self, line: str) -> None:
         if CONTROL_READY in line:

@@ -20,7 +20,7 @@ from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
 
-def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
+def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
     build_dir = build_dir.resolve()
     build = kbuild.read_build_json(build_dir)
     if build is None or not build.get("ok"):
@@ -37,7 +37,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         share = tmp / "guest"
         job = contract.Job(mode="collect", workload=workload, runs=1, build_dir=build["build_dir"])
         where = " (client on the host)" if client.placement_of(workload) == "host" else ""
-        say(f"collect {workload['name']}: booting {build['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
+        say(f"collect {workload.name}: booting {build['kernel_release']} ({accel}){where}, warm-up, reset counters, measured load, snapshot")
         try:
             result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel=accel)
         except KpgoError as e:
@@ -63,7 +63,7 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
             "build_key": build["key"],
             "gcc": build["gcc"],
             "gcov_version": info["gcov_version"],
-            "workload": {"name": workload["name"], "params": workload["params"], "unit": workload["unit"], "client": client.placement_of(workload)},
+            "workload": {"name": workload.name, "params": workload.params, "unit": workload.unit, "client": client.placement_of(workload)},
             "placement": result.placement,
             "throughput": run.value,
             "throughput_parts": run.parts,
@@ -78,8 +78,8 @@ def collect(build_dir: Path, workload: dict, out: Path, *, guest: vm.Guest, repl
         }
         atomic.write_json(tmp / "profile.json", profile)
     say(
-        f"collect {workload['name']}: {info['files']} .gcda files, counter sum {info['arcs_sum']}, "
-        f"{profile['throughput']:.0f} {workload['unit']} (snapshot {result.timings.get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
+        f"collect {workload.name}: {info['files']} .gcda files, counter sum {info['arcs_sum']}, "
+        f"{profile['throughput']:.0f} {workload.unit} (snapshot {result.timings.get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
     )
     return profile
 

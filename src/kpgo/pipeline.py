@@ -25,6 +25,7 @@ from typing import Any
 from kpgo import atomic, bench, client, collect, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import UserError
+from kpgo.guest.contract import Workload
 from kpgo.kernel import kbuild, kconfig, source
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
@@ -61,7 +62,7 @@ class RunOptions:
         self.sim  # noqa: B018 -- parsed now: a bad --sim-opt fails before anything is built
 
     @cached_property
-    def workloads(self) -> tuple[dict, ...]:
+    def workloads(self) -> tuple[Workload, ...]:
         return tuple(workloads.load_many(self.workload, list(self.sets), self.client))
 
     @property
@@ -129,13 +130,13 @@ def run(opts: RunOptions) -> dict:
     opts = replace(opts, run_dir=opts.run_dir.resolve())
     atomic.check_resumable(opts.run_dir, "run directory", RUN_MARKS, "--dir")
     with atomic.exclusive(opts.run_dir, "run directory"):  # created only once the request is known to be sound
-        say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(wl['name'] for wl in opts.workloads)}, in {opts.run_dir}")
+        say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(wl.name for wl in opts.workloads)}, in {opts.run_dir}")
         return _run(opts, spec, src, t_start, phases)
 
 
 def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float]) -> dict:
     rd = opts.run_dir
-    names = [wl["name"] for wl in opts.workloads]
+    names = [wl.name for wl in opts.workloads]
     build = opts.builder(spec, src)
 
     def timed(name: str, fn):
@@ -148,9 +149,9 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     instr = timed("build instrumented", lambda: build("instrumented", "instrumented"))
     profiles: dict[str, tuple[dict, dict]] = {}
     for wl in opts.workloads:
-        prof = timed(f"collect {wl['name']}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
-        pstats = timed(f"profile fix {wl['name']}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
-        profiles[wl["name"]] = (prof, pstats)
+        prof = timed(f"collect {wl.name}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
+        pstats = timed(f"profile fix {wl.name}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
+        profiles[wl.name] = (prof, pstats)
     opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: build("optimized", f"optimized-{n}", rd / "profiles" / n)) for n in names}  # noqa: B023 -- timed() calls the lambda at once
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
@@ -171,8 +172,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {label: _build_info(m) for label, m in opt.items()},
         "workloads": {
             n: {
-                "params": wl["params"],
-                "unit": wl["unit"],
+                "params": wl.params,
+                "unit": wl.unit,
                 "client": client.placement_of(wl),
                 "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
                 "proof": opt[f"optimized-{n}"]["proof"],
@@ -199,16 +200,16 @@ def _build_info(m: dict) -> dict:
     return {"seconds": m["seconds"]["total"], "sizes": m["sizes"], "release": m["kernel_release"]}
 
 
-def collect_cached(profiles: Path, build: Path, instr: dict, wl: dict, guest: vm.Guest) -> dict:
+def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest: vm.Guest) -> dict:
     """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
-    raw = profiles / f"{wl['name']}.raw"
+    raw = profiles / f"{wl.name}.raw"
     have = collect.load_profile_json(raw)
     # Profiles from before client placement existed were collected with the client in the guest.
     same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
-    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl["params"] and same_client:
-        say(f"collect {wl['name']}: up to date in {raw}")
+    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
+        say(f"collect {wl.name}: up to date in {raw}")
         return have
-    shutil.rmtree(profiles / wl["name"], ignore_errors=True)
+    shutil.rmtree(profiles / wl.name, ignore_errors=True)
     return collect.collect(build, wl, raw, guest=guest, replace=True)
 
 
@@ -227,15 +228,15 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
     return merge_profiles(inputs, dst, normalize=normalize)
 
 
-def fix_cached(profiles: Path, instr: dict, wl: dict, prof: dict) -> dict:
+def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
     from kpgo.gcov.profile import fix_profile, profile_stats
 
-    raw = profiles / f"{wl['name']}.raw"
-    fixed = profiles / wl["name"]
+    raw = profiles / f"{wl.name}.raw"
+    fixed = profiles / wl.name
     have = collect.load_profile_json(fixed)
     if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "fixed" in have:
-        say(f"profile fix {wl['name']}: up to date in {fixed}")
+        say(f"profile fix {wl.name}: up to date in {fixed}")
     else:
         shutil.rmtree(fixed, ignore_errors=True)
         fix_profile(raw, fixed)

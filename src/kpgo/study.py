@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kpgo import atomic, bench, pipeline, variants, vm, workloads
 from kpgo.errors import UserError
+from kpgo.guest.contract import Workload
 from kpgo.report import present
 
 
@@ -43,7 +44,7 @@ def _builder(run_dir: Path):
     return opts.builder(*opts.kernel())
 
 
-def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[dict]:
+def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[Workload]:
     """The workload once per value of KEY, renamed NAME+KEY-VALUE (a name that is also a directory name virtme-ng
     can share: letters, digits and _ + . - only, so other characters of the value become _)."""
     if len(values) < 2:
@@ -51,26 +52,25 @@ def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[d
     out = []
     for v in values:
         spec = workloads.load(name, overrides + [f"{key}={v}"])
-        spec["name"] = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{name}+{key}-{v}")
-        out.append(spec)
+        out.append(replace(spec, name=re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{name}+{key}-{v}")))
     return out
 
 
-def sensitivity(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
+def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
     build = _builder(run_dir)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
     for wl in specs:
         prof = pipeline.collect_cached(out / "profiles", run_dir / "builds" / "instrumented", instr, wl, guest)
         pipeline.fix_cached(out / "profiles", instr, wl, prof)
-        build("optimized", f"optimized-{wl['name']}", out / "profiles" / wl["name"])
+        build("optimized", f"optimized-{wl.name}", out / "profiles" / wl.name)
     build("vanilla", "vanilla")
     kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [
-        bench.Kernel(f"optimized-{w['name']}", run_dir / "builds" / f"optimized-{w['name']}") for w in specs]
+        bench.Kernel(f"optimized-{w.name}", run_dir / "builds" / f"optimized-{w.name}") for w in specs]
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim)
 
 
-def share(run_dir: Path, specs: list[dict], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
+def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
     _builder(run_dir)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
     atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
@@ -140,12 +140,12 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
     """Build every variant (cached), measure each beside vanilla on the run's workloads (or `names` among them) in one
     bench, and write the study's table (compiler.json). Returns the table and the bench's results."""
     opts = run_options(run_dir)
-    wls = [w for w in opts.workloads if names is None or w["name"] in names]
-    unknown = sorted(set(names or ()) - {w["name"] for w in opts.workloads})
+    wls = [w for w in opts.workloads if names is None or w.name in names]
+    unknown = sorted(set(names or ()) - {w.name for w in opts.workloads})
     if unknown:
         raise UserError(f"--workload {unknown[0]}: not a workload of the run in {run_dir}",
-                        f"choose among {', '.join(w['name'] for w in opts.workloads)}")
-    plan = compiler_plan(chosen, [w["name"] for w in wls])
+                        f"choose among {', '.join(w.name for w in opts.workloads)}")
+    plan = compiler_plan(chosen, [w.name for w in wls])
     check_compiler(run_dir, plan)
     build = opts.builder(*opts.kernel())
     builds = {}
@@ -153,7 +153,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
         builds[b.label] = build(b.variant, b.label, run_dir / "profiles" / b.workload if b.workload else None)
     out = run_dir / "studies" / "compiler"
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
-    cells = [(b.label, w["name"]) for b in plan for w in wls if b.workload in (None, w["name"])]
+    cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]
     res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim)
     table = compiler_table(res, plan, {label: m["sizes"] for label, m in builds.items()})
     atomic.write_json(out / "compiler.json", table)

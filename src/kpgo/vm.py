@@ -202,7 +202,7 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):
             for ln in (text or "").strip().splitlines()[-6:]:
                 print(f"  {tag}| {ln}", file=sys.stderr)
-        raise InfraError(f"workload {job.workload['name']} failed in the guest ({result.phase}): {result.error}{host_side}", f"console log: {log}")
+        raise InfraError(f"workload {job.workload.name} failed in the guest ({result.phase}): {result.error}{host_side}", f"console log: {log}")
     if sim is not None:
         windows = simulator.read_windows(report)
         if sim.boot and windows:

@@ -39,14 +39,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     failed: list[KpgoError] = []
     for n, wl in enumerate(specs, 1):
-        out = args.out / wl["name"]
-        say(f"collect: workload {n}/{len(specs)}: {wl['name']}")
+        out = args.out / wl.name
+        say(f"collect: workload {n}/{len(specs)}: {wl.name}")
         try:
             prof = collect.collect(args.build_dir, wl, out, guest=guest)
             print(f"profile: {out}  ({prof['files']} files, {prof['throughput']:.0f} {prof['workload']['unit']})", flush=True)
         except KpgoError as e:
             # Keep going: the profiles already written (and those still to come) are not lost.
-            say(f"collect {wl['name']}: FAILED: {e}")
+            say(f"collect {wl.name}: FAILED: {e}")
             failed.append(e)
     if failed:
         first = failed[0]

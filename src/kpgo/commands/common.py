@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from kpgo.guest.contract import Workload  # stdlib only: cheap to import before a command starts
+
 
 def add_kernel_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kernel")
@@ -38,7 +40,7 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
                    "(docs/WORKLOADS.md); micro and the embedded databases have no client")
 
 
-def chosen_workloads(args: argparse.Namespace) -> list[dict]:
+def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
     """The --workload list with --set applied; fails before any boot if a package is missing."""
     from kpgo import workloads
 
@@ -47,7 +49,7 @@ def chosen_workloads(args: argparse.Namespace) -> list[dict]:
     return specs
 
 
-def prepare_workloads(specs: list[dict]) -> None:
+def prepare_workloads(specs: list[Workload]) -> None:
     """Last of the checks, as it may compile a helper: Debian packages present, helpers built, the host
     client's ports free — before any build or boot."""
     from kpgo import client

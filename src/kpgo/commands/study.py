@@ -84,7 +84,7 @@ def sensitivity(args: argparse.Namespace) -> int:
     if fixed:
         raise UserError(f"--set {fixed[0]} fixes the parameter --vary {key} varies", f"drop --set {key}=... or vary another parameter")
     specs = study.vary(args.workload, key, vals, args.set)
-    names = [s["name"] for s in specs]
+    names = [s.name for s in specs]
     twice = [n for i, n in enumerate(names) if n in names[:i]]
     if twice:
         # Values that differ only in characters a directory name cannot hold would share one kernel and profile.

@@ -57,8 +57,7 @@ def run_install(args: argparse.Namespace) -> int:
     lacking = [v for v in chosen if not v.compiler.installed()]
     if lacking:
         # the workloads' apt-get mechanism (dpkg check, refresh the lists once on failure), one entry per compiler
-        specs = {v.compiler.name: {"name": v.compiler.name, "packages": list(v.compiler.packages)} for v in lacking}
-        install.install(list(specs.values()))
+        install.install_packages({v.compiler.name: v.compiler.packages for v in lacking})
     still = [v.name for v in chosen if v.compiler.missing_tools()]
     if still:
         from kpgo.errors import InfraError

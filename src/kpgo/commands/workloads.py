@@ -30,15 +30,15 @@ def run_list(args: argparse.Namespace) -> int:
     specs = workloads.load_many(args.names, what="the argument")
     gaps = install.missing_packages(specs)
     for s in specs:
-        status = "ready" if s["name"] not in gaps else "missing " + ", ".join(gaps[s["name"]])
-        print(f"{s['name']}  —  {s['description']}")
-        print(f"  unit: {s['unit']} ({'higher' if s['higher_is_better'] else 'lower'} is better; {s['aggregate']} over "
-              f"{', '.join(st['name'] + ('×' + st['each'] if 'each' in st else '') for st in s['load'])})")
-        print(f"  packages: {', '.join(s['packages'])}  [{status}]")
-        print("  params: " + "  ".join(f"{k}={v}" for k, v in s["params"].items()))
-        if "paper" in s:
-            src = f"  ({s['paper']['source']})" if "source" in s["paper"] else ""
-            print(f"  real hardware: {s['paper']['params']}{src}")
+        status = "ready" if s.name not in gaps else "missing " + ", ".join(gaps[s.name])
+        print(f"{s.name}  —  {s.description}")
+        print(f"  unit: {s.unit} ({'higher' if s.higher_is_better else 'lower'} is better; {s.aggregate} over "
+              f"{', '.join(st.name + ('' if st.each is None else '×' + st.each) for st in s.load)})")
+        print(f"  packages: {', '.join(s.packages)}  [{status}]")
+        print("  params: " + "  ".join(f"{k}={v}" for k, v in s.params.items()))
+        if s.paper is not None:
+            src = "" if s.paper.source is None else f"  ({s.paper.source})"
+            print(f"  real hardware: {s.paper.params}{src}")
         print()
     if gaps:
         print(f"install the missing packages with: kpgo workloads install {','.join(gaps)}")
@@ -51,5 +51,5 @@ def run_install(args: argparse.Namespace) -> int:
 
     specs = workloads.load_many(args.names, what="the argument")
     install.install(specs)
-    print(f"workloads ready: {', '.join(s['name'] for s in specs)}")
+    print(f"workloads ready: {', '.join(s.name for s in specs)}")
     return 0

@@ -1,11 +1,11 @@
 """kpgo's agent inside the guest (stdlib only; runs under the guest kernel over the host's root).
 
-It reads its job (job.json in the shared run directory, a contract.Job) and runs the workload on a
-fresh tmpfs: files, setup steps, the server (until its TCP port accepts), prepare and warm-up steps,
-then (collect mode) resets the kernel's gcov counters, runs the measured load steps and parses their
-output, (collect mode) snapshots every .gcda into one tar, and writes result.json (a contract.Result,
-with the phase and the error on any exception). With simulated counters (the job's `sim`), each
-measured run is one window of kpgo's QEMU plugin (kpgo-window).
+It reads its job (job.json in the shared run directory, a contract.Job carrying a contract.Workload)
+and runs the workload on a fresh tmpfs: files, setup steps, the server (until its TCP port accepts),
+prepare and warm-up steps, then (collect mode) resets the kernel's gcov counters, runs the measured
+load steps and parses their output, (collect mode) snapshots every .gcda into one tar, and writes
+result.json (a contract.Result, with the phase and the error on any exception). With simulated
+counters (the job's `sim`), each measured run is one window of kpgo's QEMU plugin (kpgo-window).
 One process reads all the .gcda files: under TCG each process spawn costs ~0.3 s and each file
 written over 9p costs more, so a per-file loop would take minutes.
 
@@ -61,10 +61,10 @@ def fill_all(argv, params):
 
 def expand(step, params):
     """One step, or one per value of the comma-separated parameter named by `each` ({each} bound)."""
-    if "each" not in step:
-        return [(step["name"], params)]
-    values = [v.strip() for v in str(params[step["each"]]).split(",") if v.strip()]
-    return [(f"{step['name']}-{v}", dict(params, each=v)) for v in values]
+    if step.each is None:
+        return [(step.name, params)]
+    values = [v.strip() for v in str(params[step.each]).split(",") if v.strip()]
+    return [(f"{step.name}-{v}", dict(params, each=v)) for v in values]
 
 
 def mount_tmpfs():
@@ -136,11 +136,11 @@ def parse_step(text, step):
     """The step's metric (one value per match; `name` group, if any, names the part) and its
     secondary figures (first match each; a `unit` group of us/ms/s converts to milliseconds)."""
     parts = {}
-    for m in re.finditer(step["metric"], text, re.M):
+    for m in re.finditer(step.metric, text, re.M):
         key = m.groupdict().get("name") or ""
         parts[key] = float(m.group("value"))
     secondary = {}
-    for key, rx in step.get("secondary", {}).items():
+    for key, rx in step.secondary.items():
         m = re.search(rx, text, re.M)
         if m:
             unit = m.groupdict().get("unit")
@@ -154,11 +154,11 @@ def op_count(text, step, parts, params):
     memcaslap's ops, stress-ng's bogo ops, db_bench's operations), or `ops_per_part` (the fixed count a
     generator runs for each test it reports, e.g. redis-benchmark -n for each of -t set,get) times the
     number of parts parsed. Steps without either are time-based with no count in their output."""
-    if step.get("ops"):
-        found = [float(m.group("value")) for m in re.finditer(step["ops"], text, re.M)]
+    if step.ops:
+        found = [float(m.group("value")) for m in re.finditer(step.ops, text, re.M)]
         return sum(found) if found else None
-    if step.get("ops_per_part"):
-        return float(fill(step["ops_per_part"], params)) * len(parts)
+    if step.ops_per_part:
+        return float(fill(step.ops_per_part, params)) * len(parts)
     return None
 
 
@@ -199,7 +199,7 @@ def measured_run(wl, params, i, outdir, server, window=None):
         run([window, "open"], 60, "opening the simulator window")
     try:
         before = cpu_ticks()
-        for step in wl["load"]:
+        for step in wl.load:
             for name, p in expand(step, params):
                 t = time.monotonic()
                 out = run_step(step, name, p, "load")
@@ -230,7 +230,7 @@ def measured_run(wl, params, i, outdir, server, window=None):
         if window:
             run([window, "close"], 60, "closing the simulator window")
     user, kernel = after["user"] - before["user"], after["kernel"] - before["kernel"]
-    value = aggregate(list(parts.values()), wl["aggregate"])
+    value = aggregate(list(parts.values()), wl.aggregate)
     return contract.Run(
         value=value,
         parts=parts,
@@ -360,10 +360,10 @@ def bring_up_network(addr):
 def run_step(step, name, params, what):
     """One (expanded) step in the run dir; its combined output. A client step runs on the host when
     the job says so, with the host's run dir in place of the guest's."""
-    timeout = float(step.get("timeout", 600))
-    if step.get("client") and CONTROL is not None:
-        return CONTROL.run(fill_all(step["argv"], dict(params, rundir=CONTROL.rundir)), timeout, f"{what} step {name}")
-    return run(fill_all(step["argv"], params), timeout, f"{what} step {name}", cwd=params["rundir"])
+    timeout = float(600 if step.timeout is None else step.timeout)
+    if step.client and CONTROL is not None:
+        return CONTROL.run(fill_all(step.argv, dict(params, rundir=CONTROL.rundir)), timeout, f"{what} step {name}")
+    return run(fill_all(step.argv, params), timeout, f"{what} step {name}", cwd=params["rundir"])
 
 
 def run_steps(steps, params, what):
@@ -374,19 +374,19 @@ def run_steps(steps, params, what):
 
 def write_files(files, params):
     for f in files:
-        path = os.path.join(params["rundir"], fill(f["path"], params))
+        path = os.path.join(params["rundir"], fill(f.path, params))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as out:
-            out.write(fill(f["text"], params))
-        os.chmod(path, int(str(f.get("mode", "644")), 8))
+            out.write(fill(f.text, params))
+        os.chmod(path, 0o644)  # a workload file has no mode of its own: plain readable data, whatever the umask
 
 
-def start_server(spec, params):
+def start_server(server, params):
     log = open(os.path.join(params["rundir"], "server.log"), "w")
     try:
-        return subprocess.Popen(fill_all(spec["argv"], params), stdout=log, stderr=subprocess.STDOUT, cwd=params["rundir"])
+        return subprocess.Popen(fill_all(server.argv, params), stdout=log, stderr=subprocess.STDOUT, cwd=params["rundir"])
     except FileNotFoundError:
-        raise Failure(f"server program {spec['argv'][0]} not found in the guest") from None
+        raise Failure(f"server program {server.argv[0]} not found in the guest") from None
 
 
 def main(job_path):
@@ -409,25 +409,25 @@ def main(job_path):
         result.env = private_home(rundir)
         host_client = job.client is not None and job.client.where == "host"
         # {listen}: the servers' bind address; a host client arrives through the NIC, not loopback.
-        params = dict(wl["params"], rundir=rundir, tools=job.tools_dir, cpus=os.cpu_count() or 1,
+        params = dict(wl.params, rundir=rundir, tools=job.tools_dir, cpus=os.cpu_count() or 1,
                       listen="0.0.0.0" if host_client else "127.0.0.1")
-        write_files(wl.get("files", []), params)
-        run_steps(wl.get("setup", []), params, "setup")
-        if wl.get("server"):
+        write_files(wl.files, params)
+        run_steps(wl.setup, params, "setup")
+        if wl.server is not None:
             phase = "server start"
-            server = start_server(wl["server"], params)
-            wait_tcp(fill(wl["server"]["ready_tcp"], params), float(wl["server"].get("ready_timeout", 60)), server)
+            server = start_server(wl.server, params)
+            wait_tcp(fill(wl.server.ready_tcp, params), float(60 if wl.server.ready_timeout is None else wl.server.ready_timeout), server)
         result.timings["ready"] = round(time.monotonic() - t0, 2)
         phase = "prepare"
         t = time.monotonic()
-        run_steps(wl.get("prepare", []), params, "prepare")
+        run_steps(wl.prepare, params, "prepare")
         result.timings["prepare"] = round(time.monotonic() - t, 2)
         if host_client:
             phase = "host client"
             CONTROL = Control(job.client)
         phase = "warm-up"
         t = time.monotonic()
-        run_steps(wl.get("warmup", []), params, "warm-up")
+        run_steps(wl.warmup, params, "warm-up")
         result.timings["warmup"] = round(time.monotonic() - t, 2)
         if job.mode == "collect":
             ensure_debugfs()

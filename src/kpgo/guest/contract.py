@@ -1,15 +1,146 @@
 """The contract between kpgo on the host and its agent in the guest: the job the host writes
-(job.json in the shared run directory) and the result the agent writes back (result.json).
+(job.json in the shared run directory), the workload it carries, and the result the agent writes
+back (result.json).
 
 kpgo.vm builds the Job and reads the Result; the guest agent reads the Job and builds the Result;
 both go through these classes and nothing else touches the JSON. Stdlib only and no kpgo imports:
 the agent runs as a plain script under the guest's python3 and loads this file by path. The JSON
-keys are the field names; fields left unset (None) are not written."""
+keys are the field names; fields left unset (None) are not written.
+
+A Workload is built by kpgo.workloads from a workload file once the file is validated (the rules
+live there, not here); its to_json gives back that validated dict, key for key."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+STEP_KINDS = ("setup", "prepare", "warmup", "load")  # a workload's step lists, in the order the agent runs them
+
+
+def _default(f: Field[Any]) -> Any:
+    """A field's default; MISSING for a required field."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as JSON data: parts by their own to_json, tuples as the lists the file had."""
+    if isinstance(value, _Part):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+P = TypeVar("P", bound="_Part")
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A workload or a part of one. Its JSON is the validated dict it was built from, since bench cell keys hash
+    that dict (kpgo.bench): a field at its default is left out, as the file left the key out (an empty list or
+    table written out in a file is the same workload, and is left out too)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) != _default(f)}
+
+    @classmethod
+    def from_json(cls: type[P], data: dict[str, Any]) -> P:
+        """A part without parts of its own: its lists (argv) become tuples."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class Step(_Part):
+    """One command of a workload: setup, prepare, warm-up or load (docs/WORKLOADS.md, "Writing a workload")."""
+
+    name: str
+    argv: tuple[str, ...]  # templates: {param}, {rundir}, {tools}, {cpus}, {listen}, {each}
+    each: str | None = None  # a parameter of comma-separated values: the step runs once per value, bound to {each}
+    client: bool = False  # drives the server: runs on the host with a host client
+    timeout: float | None = None  # seconds; None: the agent's default
+    metric: str | None = None  # load steps: regex with a `value` group (and a `name` group for several parts)
+    ops: str | None = None  # regex of the operation count the generator reports
+    ops_per_part: str | int | None = None  # or the fixed count it runs per part (a template)
+    secondary: dict[str, str] = field(default_factory=dict)  # figure -> regex
+
+
+@dataclass(frozen=True)
+class Server(_Part):
+    """The workload's server, started after the setup steps and left running until the end."""
+
+    argv: tuple[str, ...]
+    ready_tcp: str  # HOST:PORT (a template) that accepts once the server is ready
+    ready_timeout: float | None = None  # seconds; None: the agent's default
+
+
+@dataclass(frozen=True)
+class File(_Part):
+    """A file written into the run directory before anything starts (its text from workloads/data/ when the file names a source)."""
+
+    path: str  # relative to the run directory (a template)
+    text: str  # a template
+
+
+@dataclass(frozen=True)
+class Build(_Part):
+    """A helper program kpgo compiles on the host at install (kpgo.workloads.install)."""
+
+    output: str
+    source: str  # in workloads/tools/
+    argv: tuple[str, ...]  # with {output} and {source}
+
+
+@dataclass(frozen=True)
+class Paper(_Part):
+    """The published setting the workload scales down (shown by `kpgo workloads list`)."""
+
+    params: str
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload(_Part):
+    """One workload (docs/WORKLOADS.md). `params` stays a plain dict: it is data the templates read, and
+    kpgo.workloads.load_many writes the --set overrides into it (each load builds its own)."""
+
+    name: str
+    description: str
+    unit: str
+    higher_is_better: bool
+    aggregate: str  # hmean, geomean, mean or sum over the parts of all load steps
+    params: dict[str, Any]
+    load: tuple[Step, ...]
+    packages: tuple[str, ...] = ()  # Debian packages
+    kernel_config: tuple[str, ...] = ()  # kernel options it cannot run without (SYSVIPC)
+    paper: Paper | None = None
+    files: tuple[File, ...] = ()
+    server: Server | None = None
+    build: tuple[Build, ...] = ()
+    setup: tuple[Step, ...] = ()
+    prepare: tuple[Step, ...] = ()
+    warmup: tuple[Step, ...] = ()
+    # Where the load generator runs. Written only when "host", so every key derived from a workload with the
+    # client in the guest is the one it was before host clients existed.
+    client: str = "guest"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Workload:
+        one: dict[str, type[_Part]] = {"paper": Paper, "server": Server}
+        many: dict[str, type[_Part]] = {"files": File, "build": Build, **dict.fromkeys(STEP_KINDS, Step)}
+        d: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in one:
+                d[key] = one[key].from_json(value)
+            elif key in many:
+                d[key] = tuple(many[key].from_json(v) for v in value)
+            elif key == "params":
+                d[key] = dict(value)  # its own: overrides go into it
+            else:
+                d[key] = tuple(value) if isinstance(value, list) else value  # packages, kernel_config
+        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -25,7 +156,7 @@ class Client:
 @dataclass(frozen=True)
 class Job:
     mode: str  # "collect" (gcov counters reset after the warm-up, snapshot after the load) or "bench"
-    workload: dict[str, Any]  # the workload's spec (kpgo.workloads)
+    workload: Workload
     runs: int = 1  # measured runs
     build_dir: str | None = None  # collect: the kernel's build directory, the prefix of its gcov tree
     sim: bool = False  # each measured run in its own window of kpgo's QEMU plugin
@@ -34,7 +165,7 @@ class Job:
     tools_dir: str = ""  # kpgo's helper programs (kpgo-window, leveldb-bench)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "workload": self.workload, "runs": self.runs}
+        out: dict[str, Any] = {"mode": self.mode, "workload": self.workload.to_json(), "runs": self.runs}
         if self.build_dir is not None:
             out["build_dir"] = self.build_dir
         if self.sim:  # the keys a simulated boot's job has always had, and only it
@@ -47,7 +178,7 @@ class Job:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
         client = data.get("client")
-        return cls(**dict(data, client=Client(**client) if client else None))
+        return cls(**dict(data, workload=Workload.from_json(data["workload"]), client=Client(**client) if client else None))
 
 
 @dataclass

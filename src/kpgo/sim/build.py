@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kpgo import proc
 from kpgo.errors import InfraError, UserError
+from kpgo.guest.contract import Build
 from kpgo.paths import cache_dir
 from kpgo.progress import say
 from kpgo.sim.config import SimConfig
@@ -67,17 +68,14 @@ def build_plugin() -> Path:
 
 def build_window_tool() -> Path:
     """The guest's `kpgo-window` among kpgo's helper programs (tools_dir, stamped by source hash)."""
-    spec = {
-        "name": "sim",
-        "build": [{
-            "output": WINDOW_TOOL,
-            "source": str(WINDOW_SOURCE),  # absolute: the helper builder joins it onto workloads/tools/ unchanged
-            # static, no libc: exec is cheap under TCG and little besides the marker runs in the window
-            "argv": ["gcc", "-O2", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-pie", "-no-pie",
-                     "-Wall", "-Wextra", "-o", "{output}", "{source}"],
-        }],
-    }
-    install.build_tools([spec])
+    tool = Build(
+        output=WINDOW_TOOL,
+        source=str(WINDOW_SOURCE),  # absolute: the helper builder joins it onto workloads/tools/ unchanged
+        # static, no libc: exec is cheap under TCG and little besides the marker runs in the window
+        argv=("gcc", "-O2", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-pie", "-no-pie",
+              "-Wall", "-Wextra", "-o", "{output}", "{source}"),
+    )
+    install.build_tool(tool, "sim")
     return install.tools_dir() / WINDOW_TOOL
 
 

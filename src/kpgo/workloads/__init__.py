@@ -2,19 +2,23 @@
 into a guest tmpfs run dir, setup steps, an optional server with a TCP readiness probe, prepare
 and warm-up steps, and measured load steps whose output a regex turns into numbers. Templates
 use {param}; the guest adds {rundir}, {tools} (kpgo's built helper programs) and {cpus}.
-`--set KEY=VALUE` (or NAME.KEY=VALUE) overrides a parameter. See docs/WORKLOADS.md."""
+`--set KEY=VALUE` (or NAME.KEY=VALUE) overrides a parameter. See docs/WORKLOADS.md.
+
+A file is read as a dict and checked here (validate); only then is it built into the typed
+kpgo.guest.contract.Workload that the rest of kpgo, and the guest agent, read."""
 
 from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kpgo.errors import UserError
+from kpgo.guest.contract import STEP_KINDS, Workload
 
-STEP_KINDS = ("setup", "prepare", "warmup", "load")
 GUEST_VARS = ("rundir", "tools", "cpus", "listen")  # listen: the servers' bind address (0.0.0.0 with a host client)
 CLIENTS = ("guest", "host")
 AGGREGATES = ("hmean", "geomean", "mean", "sum")
@@ -30,6 +34,7 @@ def names() -> list[str]:
 
 
 def _raw(name: str) -> dict[str, Any]:
+    """The workload file as a dict, validated (a Workload is built only from such a dict)."""
     path = _dir() / f"{name}.toml"
     if not path.exists():
         raise UserError(f"unknown workload '{name}'", f"choose from: {', '.join(names())} (or all)")
@@ -98,9 +103,13 @@ def validate(spec: dict[str, Any]) -> list[str]:
             if m[1] not in known and m[1] not in extra:
                 problems.append(f"{where}: {{{m[1]}}} is not a parameter")
 
-    for f in spec.get("files", []):
+    for i, f in enumerate(spec.get("files", [])):
+        if not {"path", "text"} <= set(f):
+            problems.append(f"files {i + 1}: needs path and text (or source)")
         check_template(f.get("path", ""), "files.path")
         check_template(f.get("text", ""), f"files {f.get('path')}")
+    if "paper" in spec and "params" not in spec["paper"]:
+        problems.append("paper needs params")
     if "server" in spec:
         srv = spec["server"]
         if not srv.get("argv") or "ready_tcp" not in srv:
@@ -141,7 +150,7 @@ def validate(spec: dict[str, Any]) -> list[str]:
     return problems
 
 
-def check_kernel(specs: list[dict[str, Any]], build_dir: Path) -> None:
+def check_kernel(specs: list[Workload], build_dir: Path) -> None:
     """Workloads may name kernel options they cannot run without (kernel_config = ["SYSVIPC"]);
     a build lacking one fails here, before a boot, instead of deep inside the guest."""
     try:
@@ -150,10 +159,10 @@ def check_kernel(specs: list[dict[str, Any]], build_dir: Path) -> None:
         return  # not a kpgo build; the caller's own check reports that
     have = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith(("=y", "=m"))}
     for s in specs:
-        lacking = [o for o in s.get("kernel_config", []) if o not in have]
+        lacking = [o for o in s.kernel_config if o not in have]
         if lacking:
             opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
-            raise UserError(f"workload {s['name']} needs {opts}, which the kernel in {build_dir} lacks",
+            raise UserError(f"workload {s.name} needs {opts}, which the kernel in {build_dir} lacks",
                             f"build it with --fragment FILE holding {opts} (one per line)")
 
 
@@ -169,7 +178,7 @@ def _coerce(name: str, key: str, old: Any, value: str, item: str) -> Any:
     return new
 
 
-def load(name: str, overrides: list[str] | None = None) -> dict[str, Any]:
+def load(name: str, overrides: list[str] | None = None) -> Workload:
     """One workload with overrides applied (KEY=VALUE, or NAME.KEY=VALUE for this workload only)."""
     return load_many(name, overrides)[0]
 
@@ -184,34 +193,32 @@ def parse_names(text: str, what: str = "--workload") -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def load_many(text: str, overrides: list[str] | None = None, client: str = "guest", what: str = "--workload") -> list[dict[str, Any]]:
+def load_many(text: str, overrides: list[str] | None = None, client: str = "guest", what: str = "--workload") -> list[Workload]:
     """Workloads named by 'a,b' or 'all', each with the overrides that apply to it. A plain
     KEY=VALUE goes to every chosen workload that has KEY; it must fit at least one. `client`:
     where the load generators run, for the workloads that have one (the others ignore it); a
-    host client is recorded in the spec as "client", so it is part of every key derived from it."""
+    host client is recorded in the workload (its `client`), so it is part of every key derived from it."""
     if client not in CLIENTS:
         raise UserError(f"--client {client}: unknown placement", f"choose from: {', '.join(CLIENTS)}")
-    specs = [_raw(n) for n in parse_names(text, what)]  # parsed afresh: overrides never leak between calls
+    specs = [Workload.from_json(_raw(n)) for n in parse_names(text, what)]  # parsed afresh: overrides never leak between calls
     if client == "host":
         from kpgo.client import has_client
 
-        for s in specs:
-            if has_client(s):
-                s["client"] = "host"
+        specs = [replace(s, client="host") if has_client(s) else s for s in specs]
     for item in overrides or []:
         key, sep, value = item.partition("=")
         scope, dot, pkey = key.rpartition(".")
         if not sep or not key:
             raise UserError(f"--set {item}: expected KEY=VALUE or WORKLOAD.KEY=VALUE", "for example --set redis.clients=8")
-        if dot and scope not in {s["name"] for s in specs}:
-            chosen = ", ".join(s["name"] for s in specs)
+        if dot and scope not in {s.name for s in specs}:
+            chosen = ", ".join(s.name for s in specs)
             raise UserError(f"--set {item}: workload {scope} is not chosen (--workload {chosen})", f"add {scope} to --workload or drop this --set")
-        targets = [s for s in specs if (not dot or s["name"] == scope) and pkey in s["params"]]
+        targets = [s for s in specs if (not dot or s.name == scope) and pkey in s.params]
         if not targets:
-            where = scope if dot else "/".join(s["name"] for s in specs)
-            known = sorted({k for s in specs if not dot or s["name"] == scope for k in s["params"]})
+            where = scope if dot else "/".join(s.name for s in specs)
+            known = sorted({k for s in specs if not dot or s.name == scope for k in s.params})
             raise UserError(f"--set {item}: {pkey} is not a parameter of {where}", f"parameters: {', '.join(known)}")
         for s in targets:
-            s["params"][pkey] = _coerce(s["name"], pkey, s["params"][pkey], value, item)
+            s.params[pkey] = _coerce(s.name, pkey, s.params[pkey], value, item)
     return specs
 
