@@ -122,12 +122,12 @@ def test_missing_file_in_one_input_counts_as_zero(profiles: Profiles, tmp_path: 
 
 def test_merge_rules() -> None:
     """The rules both merge paths use, against values worked out by hand."""
-    from kpgo.gcov.merge import Accumulator
+    from kpgo.gcov.merge import Accumulator, Arith
 
     a, b = np.array([0, 5, 7, 1 << 40], dtype=np.uint64), np.array([3, 0, 2, 1], dtype=np.uint64)
 
     def merged(rule: str, factors: list[float], strict: bool = False) -> list[int]:
-        acc = Accumulator(rule, 4, all(float(f).is_integer() for f in factors), strict, lambda _: "x.gcda")
+        acc = Accumulator(rule, 4, Arith.of(factors), strict, lambda _: "x.gcda")
         for v, f in zip((a, b), factors):
             acc.add(v, f)
         return acc.result().tolist()
@@ -139,7 +139,7 @@ def test_merge_rules() -> None:
     assert merged("min_nonzero", [1, 1]) == [3, 5, 2, 1] and merged("min_nonzero", [0, 0]) == [0, 0, 0, 0]
     with pytest.raises(UserError, match=r"x\.gcda: a merged counter exceeds 2\^63-1"):
         merged("sum", [1 << 23, 1], strict=True)
-    acc = Accumulator("sum", 4, True, False, lambda _: "x")
+    acc = Accumulator("sum", 4, Arith(None), False, lambda _: "x")
     sel = np.array([False, True, True, False])
     acc.add(a[sel], 1, sel)  # the counters of the files an input holds
     acc.add(b, 1)
