@@ -145,26 +145,33 @@ def _reset_peak() -> None:
             f.write("5")
 
 
-def _peak_mb() -> float:
+def _rss_mb(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process; the peak since the process began where /proc lacks them."""
     with contextlib.suppress(OSError), open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _stat(kind: str, inputs: int, start: float) -> dict[str, Any]:
-    return {"kind": kind, "inputs": inputs, "seconds": round(time.monotonic() - start, 4),
-            "peak_rss_mb": round(_peak_mb(), 1), "pid": os.getpid(), "host": socket.gethostname()}
+def _start() -> tuple[float, float]:
+    """A task's start: its time, and the worker's RSS before it (Ray and numpy loaded: the part no task saves)."""
+    _reset_peak()
+    return time.monotonic(), _rss_mb("VmRSS")
+
+
+def _stat(kind: str, inputs: int, start: tuple[float, float]) -> dict[str, Any]:
+    return {"kind": kind, "inputs": inputs, "seconds": round(time.monotonic() - start[0], 4),
+            "start_rss_mb": round(start[1], 1), "peak_rss_mb": round(_rss_mb("VmHWM"), 1), "pid": os.getpid(),
+            "host": socket.gethostname()}
 
 
 def _totals_task(dirs: list[str]) -> tuple[list[int], list[dict[str, Any]]]:
     from kpgo.gcov.merge import input_totals
 
-    _reset_peak()
-    start = time.monotonic()
+    start = _start()
     out = input_totals(dirs)
     return out, [_stat("totals", len(dirs), start)]
 
@@ -172,8 +179,7 @@ def _totals_task(dirs: list[str]) -> tuple[list[int], list[dict[str, Any]]]:
 def _fold_task(plan: Any, lo: int, hi: int) -> tuple[Any, list[dict[str, Any]]]:
     from kpgo.gcov.merge import fold_inputs
 
-    _reset_peak()
-    start = time.monotonic()
+    start = _start()
     out = fold_inputs(plan, lo, hi)
     return out, [_stat("fold", hi - lo, start)]
 
@@ -181,8 +187,7 @@ def _fold_task(plan: Any, lo: int, hi: int) -> tuple[Any, list[dict[str, Any]]]:
 def _files_task(plan: Any, rels: list[str], lo: int, hi: int, unmatched: list[list[str]]) -> tuple[Any, list[dict[str, Any]]]:
     from kpgo.gcov.merge import fold_files
 
-    _reset_peak()
-    start = time.monotonic()
+    start = _start()
     out = fold_files(plan, rels, lo, hi, unmatched)
     return out, [_stat("fold-files", hi - lo, start)]
 
@@ -194,8 +199,7 @@ def _combine_task(plan: Any, refs: list[Any], files: bool) -> tuple[Any, list[di
     from kpgo.gcov.merge import combine, combine_files
 
     ray.wait(refs, num_returns=len(refs), fetch_local=False)  # (blocked, the task gives its CPU back)
-    _reset_peak()
-    start = time.monotonic()
+    start = _start()
     stats: list[dict[str, Any]] = []
 
     def parts() -> Iterator[Any]:
