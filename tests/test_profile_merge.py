@@ -144,3 +144,36 @@ def test_merge_rules() -> None:
     acc.add(a[sel], 1, sel)  # the counters of the files an input holds
     acc.add(b, 1)
     assert acc.result().tolist() == [3, 5, 9, 1]
+
+
+def test_fractional_sums_are_exact_in_any_grouping() -> None:
+    """Fixed-point sums against Python's exact fractions: rounded to nearest, ties to even, saturating at 2^64 - 1,
+    the same whether the inputs are added in one accumulator or in two whose states are merged."""
+    from fractions import Fraction
+
+    from kpgo.gcov.merge import Accumulator, Arith
+
+    rng = np.random.default_rng(5)
+    n = 400
+    values = [rng.integers(0, 1 << 20, n, dtype=np.uint64), rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False),
+              rng.integers(0, 1 << 40, n, dtype=np.uint64), np.full(n, 5, dtype=np.uint64)]
+    factors = [0.5, 1.7, 1e-9, 0.7]
+    arith = Arith.of(factors)
+
+    def expect(k: int) -> int:
+        s = sum(Fraction(f) * int(v[k]) for v, f in zip(values, factors))
+        r = round(s)  # Python rounds a Fraction to nearest, ties to even
+        return min(r, (1 << 64) - 1)
+
+    whole = Accumulator("sum", n, arith, False, lambda _: "x")
+    left, right = (Accumulator("sum", n, arith, False, lambda _: "x") for _ in range(2))
+    for j, (v, f) in enumerate(zip(values, factors)):
+        whole.add(v, f)
+        (left if j % 2 else right).add(v, f)
+    left.merge(right.state())
+    want = [expect(k) for k in range(n)]
+    assert whole.result().tolist() == want == left.result().tolist()
+    assert any(w == (1 << 64) - 1 for w in want)  # some sums saturate
+    ties = Accumulator("sum", 3, Arith.of([0.5]), False, lambda _: "x")
+    ties.add(np.array([1, 3, 5], dtype=np.uint64), 0.5)
+    assert ties.result().tolist() == [0, 2, 2]
