@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what kpgo needs on Debian 12, idempotently: a second call costs seconds.
 #   apt: QEMU, the kernel source, kernel build dependencies
-#   pip: kpgo itself (editable) with its test tools and virtme-ng, in ./.venv
+#   pip: kpgo itself (editable) with its test tools, Ray (the cluster extra) and virtme-ng, in ./.venv
 #   then every workload's packages (servers, load generators) via `kpgo workloads install`;
 #   KPGO_WORKLOADS=redis,nginx limits that to some (default: all)
 #   then the simulated-counter QEMU plugin and its guest tool (docs/SIM.md): the plugin header
@@ -41,11 +41,11 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 stamp_want="$("$PY" --version 2>&1) $(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.kpgo-stamp 2>/dev/null)" != "$stamp_want" ]; then
-  echo "setup: creating .venv and installing kpgo, virtme-ng and test tools"
+  echo "setup: creating .venv and installing kpgo, Ray, virtme-ng and test tools"
   rm -rf .venv
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]' virtme-ng
+  .venv/bin/pip install -q -e '.[test,cluster]' virtme-ng  # cluster: Ray, for --cluster and its tests
   echo "$stamp_want" > .venv/.kpgo-stamp
 fi
 .venv/bin/kpgo workloads install "${KPGO_WORKLOADS:-all}"

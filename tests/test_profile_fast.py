@@ -27,7 +27,7 @@ from gcov_fixtures import (  # noqa: F401
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, GcovFormatError, index_image, walk_gcda
 from kpgo.gcov.image import gcda_rels, read_image
-from kpgo.gcov.merge import _merge_one, merge_profiles
+from kpgo.gcov.merge import fold_files, make_plan, merge_profiles
 from kpgo.gcov.profile import fix_profile, iter_gcda, profile_stats
 
 # -- references: the per-file computations ------------------------------------------------------------------------
@@ -142,13 +142,15 @@ def test_defective_file_is_named(tmp_path: Path, cut: int) -> None:
 # -- merge ------------------------------------------------------------------------------------------------------
 
 def merge_per_file(dirs: list[Path], factors: list[float], runs: int) -> dict[str, bytes]:
-    present = [set(gcda_rels(d)) for d in dirs]
-    out = {}
-    top = 0
-    for rel in sorted(set().union(*present)):
-        out[rel], m, _ = _merge_one(rel, dirs, present, factors)
-        top = max(top, m)
-    return {rel: g.with_summary(runs, min(top, 0xFFFFFFFF)).to_bytes() for rel, g in out.items()}
+    """Every file through the per-file merge (the weights given are the factors: no normalization)."""
+    from kpgo.gcov.merge import _file_output
+
+    plan = make_plan(dirs, factors, False, runs, False, None)
+    rels = sorted(set().union(*(gcda_rels(d) for d in dirs)))
+    files = fold_files(plan, rels, 0, len(dirs), [[]] * len(dirs))
+    out = {rel: _file_output(plan, rel, files.parts[rel]) for rel in rels}
+    top = max(m for _, m in out.values())
+    return {rel: g.with_summary(runs, min(top, 0xFFFFFFFF)).to_bytes() for rel, (g, _) in out.items()}
 
 
 @st.composite

@@ -122,12 +122,12 @@ def test_missing_file_in_one_input_counts_as_zero(profiles: Profiles, tmp_path: 
 
 def test_merge_rules() -> None:
     """The rules both merge paths use, against values worked out by hand."""
-    from kpgo.gcov.merge import Accumulator
+    from kpgo.gcov.merge import Accumulator, Arith
 
     a, b = np.array([0, 5, 7, 1 << 40], dtype=np.uint64), np.array([3, 0, 2, 1], dtype=np.uint64)
 
     def merged(rule: str, factors: list[float], strict: bool = False) -> list[int]:
-        acc = Accumulator(rule, 4, all(float(f).is_integer() for f in factors), strict, lambda _: "x.gcda")
+        acc = Accumulator(rule, 4, Arith.of(factors), strict, lambda _: "x.gcda")
         for v, f in zip((a, b), factors):
             acc.add(v, f)
         return acc.result().tolist()
@@ -139,8 +139,41 @@ def test_merge_rules() -> None:
     assert merged("min_nonzero", [1, 1]) == [3, 5, 2, 1] and merged("min_nonzero", [0, 0]) == [0, 0, 0, 0]
     with pytest.raises(UserError, match=r"x\.gcda: a merged counter exceeds 2\^63-1"):
         merged("sum", [1 << 23, 1], strict=True)
-    acc = Accumulator("sum", 4, True, False, lambda _: "x")
+    acc = Accumulator("sum", 4, Arith(None), False, lambda _: "x")
     sel = np.array([False, True, True, False])
     acc.add(a[sel], 1, sel)  # the counters of the files an input holds
     acc.add(b, 1)
     assert acc.result().tolist() == [3, 5, 9, 1]
+
+
+def test_fractional_sums_are_exact_in_any_grouping() -> None:
+    """Fixed-point sums against Python's exact fractions: rounded to nearest, ties to even, saturating at 2^64 - 1,
+    the same whether the inputs are added in one accumulator or in two whose states are merged."""
+    from fractions import Fraction
+
+    from kpgo.gcov.merge import Accumulator, Arith
+
+    rng = np.random.default_rng(5)
+    n = 400
+    values = [rng.integers(0, 1 << 20, n, dtype=np.uint64), rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False),
+              rng.integers(0, 1 << 40, n, dtype=np.uint64), np.full(n, 5, dtype=np.uint64)]
+    factors = [0.5, 1.7, 1e-9, 0.7]
+    arith = Arith.of(factors)
+
+    def expect(k: int) -> int:
+        s = sum(Fraction(f) * int(v[k]) for v, f in zip(values, factors))
+        r = round(s)  # Python rounds a Fraction to nearest, ties to even
+        return min(r, (1 << 64) - 1)
+
+    whole = Accumulator("sum", n, arith, False, lambda _: "x")
+    left, right = (Accumulator("sum", n, arith, False, lambda _: "x") for _ in range(2))
+    for j, (v, f) in enumerate(zip(values, factors)):
+        whole.add(v, f)
+        (left if j % 2 else right).add(v, f)
+    left.merge(right.state())
+    want = [expect(k) for k in range(n)]
+    assert whole.result().tolist() == want == left.result().tolist()
+    assert any(w == (1 << 64) - 1 for w in want)  # some sums saturate
+    ties = Accumulator("sum", 3, Arith.of([0.5]), False, lambda _: "x")
+    ties.add(np.array([1, 3, 5], dtype=np.uint64), 0.5)
+    assert ties.result().tolist() == [0, 2, 2]

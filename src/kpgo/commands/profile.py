@@ -2,7 +2,7 @@
 
     kpgo profile stats DIR [--json]
     kpgo profile fix DIR -o OUT [--runs N]
-    kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize]
+    kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
     kpgo profile check DIR --build BUILD_DIR [--json]
     kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
 
@@ -44,6 +44,10 @@ def register(subparsers: Any) -> None:
                    help="scale each input to the same total arc count before weighting")
     m.add_argument("--runs", type=int, default=None, help="runs in the output summary (default: sum of inputs)")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
+    m.add_argument("--cluster", metavar="ADDRESS",
+                   help="merge as a tree of Ray tasks: a Ray address (host:port), auto, or local (needs kpgo[cluster]; docs/SCALE.md)")
+    m.add_argument("--fan-in", type=int, default=None, metavar="K",
+                   help="with --cluster: inputs (or partial merges) one task reads, at most (default 16)")
     m.set_defaults(func=run_merge)
 
     c = sub.add_parser("check", help="match each .gcda to the instrumented build's .gcno")
@@ -125,7 +129,15 @@ def run_merge(args: argparse.Namespace) -> int:
     if twice:
         # Most likely a slip of the shell; counting a profile twice is what --weights is for.
         raise UserError(f"profile {twice[0]} is given twice", "give each profile once; --weights counts one more than once")
-    res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
+    if args.fan_in is not None and not args.cluster:
+        raise UserError("--fan-in is for a merge on a cluster", "add --cluster ADDRESS (local: this machine), or leave --fan-in out")
+    if args.cluster:
+        from kpgo.cluster import tree_merge
+
+        res = tree_merge(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True,
+                         fan_in=args.fan_in or 16, address=args.cluster)
+    else:
+        res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
     if args.json:
         _print_json(res)
     else:
