@@ -79,6 +79,8 @@ def expected_sections(run_dir: Path) -> set[str]:
         out.add("kernel_share")
     if (run_dir / "studies" / "sensitivity" / "results.json").exists():
         out.add("sensitivity")
+    if (run_dir / "studies" / "compiler" / "compiler.json").exists():
+        out.add("compiler")
     fixed = [p for p in (run_dir / "profiles").glob("*/profile.json") if not p.parent.name.endswith(".raw")]
     if len(fixed) >= 2 and (run_dir / "builds" / "instrumented").is_dir():
         out.add("similarity")
@@ -429,6 +431,8 @@ def test_html_renders_in_chromium(tmp_path: Path, profiles: Profiles, dataset: P
         want.add("sim")
     if "cross" in expected_sections(run_dir):
         want.add("cross")
+    if "compiler" in expected_sections(run_dir):  # the size/speed trade-off and the per-workload bars
+        want |= {"compiler-tradeoff", "compiler-bars"}
     # The headline opens the report: the work per operation and every boot's spread; the proof when run.json has one.
     want |= {"headline-work", "headline-boots"}
     if (run_dir / "run.json").exists() and any(w.get("proof") for w in load(run_dir / "run.json").get("workloads", {}).values()):
