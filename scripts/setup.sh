@@ -15,6 +15,7 @@ APT_PACKAGES=(
   qemu-user  # tests/test_sim.py runs the plugin's probes under user-mode QEMU too
   ccache  # reuses objects whose inputs (the .gcda included) did not change, across optimized builds and runs
   gcc make bc bison flex libelf-dev libssl-dev cpio binutils xz-utils
+  gcc-12-plugin-dev g++ patch  # value profiles (--values): kpgo's GCC plugin and kernel patch (docs/VALUES.md)
   python3 python3-venv
   libglib2.0-dev pkg-config dpkg-dev libc6-dev  # the QEMU plugin (GLib), its header fetch (apt-get source), kpgo-window
   chromium-headless-shell  # renders report.html in the report test

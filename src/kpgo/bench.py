@@ -231,6 +231,7 @@ def bench(
                 "ops_method": [r.ops_method for r in runs], "ops_estimate": [r.ops_estimate for r in runs],
                 "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line) if sim is not None else None,
                 "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
+                "mitigations": result.mitigations,
             }
         except KpgoError as e:
             # One failing cell does not stop the others; it has no sample, so a rerun boots it again.
@@ -257,7 +258,9 @@ def bench(
                         "placement": {w: next((s["placement"] for s in samples if s["workload"] == w and s.get("placement")), None) for w in names},
                         "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": builds[k.label]["variant"],
-                              "kernel_release": builds[k.label]["kernel_release"]} for k in kernels},
+                              "kernel_release": builds[k.label]["kernel_release"],
+                              "mitigations": next((s["mitigations"] for s in samples if s["kernel"] == k.label and s.get("mitigations")), None)}
+                    for k in kernels},
         "host": host_facts(accel),
         "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }

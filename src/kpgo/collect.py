@@ -74,9 +74,15 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
             "files": info["files"],
             "arcs_sum": info["arcs_sum"],
             "guest_timings": result.timings,
+            "mitigations": result.mitigations,
+            **({"value_profiles": result.gcov_values} if result.gcov_values is not None else {}),
             "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic.write_json(tmp / "profile.json", profile)
+    dropped = (profile.get("value_profiles") or {}).get("dropped_values", 0)
+    if dropped:
+        say(f"collect {workload.name}: the kernel's value-profile pool ran out: {dropped} new values were not recorded "
+            "(the profile is valid; a larger CONFIG_GCOV_VALUES_POOL keeps them)")
     say(
         f"collect {workload.name}: {info['files']} .gcda files, counter sum {info['arcs_sum']}, "
         f"{profile['throughput']:.0f} {workload.unit} (snapshot {result.timings.get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"

@@ -26,7 +26,7 @@ from kpgo import atomic, bench, client, collect, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import UserError
 from kpgo.guest.contract import Workload
-from kpgo.kernel import kbuild, kconfig, source
+from kpgo.kernel import kbuild, kconfig, proof, source, values
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
 from kpgo.report import present
@@ -52,6 +52,7 @@ class RunOptions:
     sim_opts: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
     partial_training: bool = False  # optimized builds with GCC's -fprofile-partial-training
+    values: bool = False  # the instrumented kernel records value profiles too (kpgo.kernel.values)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.studies) - set(STUDIES))
@@ -80,7 +81,8 @@ class RunOptions:
         def build(variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
             v = variants.get(variant) if isinstance(variant, str) else variant
             kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and v.name == "optimized" else ()
-            return kbuild.build(kbuild.BuildRequest(src, spec, v, self.run_dir / "builds" / label, profile, self.jobs, kcflags))
+            with_values = self.values and v.gcov
+            return kbuild.build(kbuild.BuildRequest(src, spec, v, self.run_dir / "builds" / label, profile, self.jobs, kcflags, with_values))
 
         return build
 
@@ -94,6 +96,7 @@ class RunOptions:
             "sim": {"auto": None, "on": True, "off": False}[self.sim_mode], "sim_opt": list(self.sim_opts),
             "cpus": self.guest.cpus, "memory": self.guest.memory, "guest_timeout": self.guest.timeout,
             "study": list(self.studies), "partial_training": self.partial_training,
+            **({"values": True} if self.values else {}),  # only where set: earlier run.json stay as they were
         }
 
     @classmethod
@@ -104,6 +107,7 @@ class RunOptions:
                 tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),
                 vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
                 {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]), bool(r.get("partial_training")),
+                bool(r.get("values")),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{run_dir / 'run.json'}: its request is incomplete or damaged ({e!r})",
@@ -129,6 +133,10 @@ def run(opts: RunOptions) -> dict:
     spec, src = opts.kernel()
     opts = replace(opts, run_dir=opts.run_dir.resolve())
     atomic.check_resumable(opts.run_dir, "run directory", RUN_MARKS, "--dir")
+    if opts.values:  # a compiler without plugin headers fails now, not after the first build
+        instrumented = variants.get("instrumented")
+        kbuild.check_request(instrumented, None, with_values=True)
+        values.plugin(instrumented.compiler)
     with atomic.exclusive(opts.run_dir, "run directory"):  # created only once the request is known to be sound
         say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(wl.name for wl in opts.workloads)}, in {opts.run_dir}")
         return _run(opts, spec, src, t_start, phases)
@@ -344,6 +352,7 @@ def markdown(s: dict, results: dict) -> str:
             + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}."
                if pr.get("profiled_but_not_built") else ""),
             "",
+            *([proof.format_values(pr["values"]) + ".", ""] if pr.get("values") else []),
         ]
     lines += ["## Bench", "", "```", bench.format_table(results), "```", ""]
     lines += ["Phases: " + ", ".join(f"{k} {fmt_secs(v)}" for k, v in s["phases_seconds"].items()) + f"; total {fmt_secs(s['total_seconds'])}.", ""]

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial-training", action="store_true",
                    help="with a variant that takes a profile: code the profile never ran keeps its normal optimization "
                    "(GCC's -fprofile-partial-training) instead of being optimized for size (the pgo-pt variant is optimized with it)")
+    p.add_argument("--values", action="store_true",
+                   help="with --variant instrumented: record value profiles too (indirect-call targets, divisors, string "
+                   "sizes; GCC's -fprofile-values) from a patched copy of the source and kpgo's GCC plugin (docs/VALUES.md)")
     p.add_argument("--dry-run", action="store_true", help="print the configure and make command lines (CC=, LLVM=, KCFLAGS) and build nothing")
     add_kernel_options(p)
     p.set_defaults(func=run)
@@ -50,10 +53,10 @@ def chosen_variant(name: str | None, files: list[Path]):  # -> variants.Variant
 
 def run(args: argparse.Namespace) -> int:
     from kpgo.errors import UserError
-    from kpgo.kernel import kbuild, kconfig, source
+    from kpgo.kernel import kbuild, kconfig, proof, source
 
     variant = chosen_variant(args.variant, args.variant_file)
-    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run)
+    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values)
     kcflags = tuple(args.kcflags.split())
     if args.partial_training:
         if not variant.profile:
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{variant.name}"
-    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags)
+    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values)
     if args.dry_run:
         print("\n".join(kbuild.dry_run(req)))
         return 0
@@ -76,4 +79,6 @@ def run(args: argparse.Namespace) -> int:
     if "proof" in m:
         pr = m["proof"]
         print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")
+        if pr.get("values"):
+            print(proof.format_values(pr["values"]))
     return 0

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial-training", action="store_true",
                    help="optimized kernels keep code the profile never ran at its normal optimization (GCC's "
                    "-fprofile-partial-training) instead of optimizing it for size")
+    p.add_argument("--values", action="store_true",
+                   help="the instrumented kernel records value profiles too (indirect-call targets, divisors, string sizes), "
+                   "which the optimized kernels then use (docs/VALUES.md)")
     add_design_options(p)
     add_kernel_options(p)
     add_workload_options(p)
@@ -49,7 +52,7 @@ def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
     return pipeline.RunOptions(
         args.dir or Path("kpgo-runs") / f"{name}-{label}", args.base, args.config, tuple(args.fragment), args.source, args.workload,
         tuple(args.set), design_from(args), args.jobs, guest_from(args), args.client, sim_mode(args), tuple(args.sim_opt),
-        tuple(dict.fromkeys(args.study)), args.partial_training,
+        tuple(dict.fromkeys(args.study)), args.partial_training, args.values,
     )
 
 

@@ -39,6 +39,8 @@ def _load_contract():
 
 contract = _load_contract()
 GCOV_ROOT = "/sys/kernel/debug/gcov"
+GCOV_VALUES = "/sys/kernel/debug/gcov_values"  # a value-profiled kernel's node pool (kpgo's kernel patch)
+VULNERABILITIES = "/sys/devices/system/cpu/vulnerabilities"
 
 
 class Failure(Exception):
@@ -280,6 +282,32 @@ def read_all(path):
         os.close(fd)
 
 
+def read_key_values(path):
+    """A file of "name value" lines (debugfs gcov_values) as a dict of ints; None when the kernel has no such file."""
+    try:
+        with open(path) as f:
+            return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+    except OSError:
+        return None
+
+
+def mitigations():
+    """What the guest kernel chose against each CPU vulnerability (retpolines and the like change what an indirect
+    call costs, so they are recorded beside every figure)."""
+    try:
+        names = sorted(os.listdir(VULNERABILITIES))
+    except OSError:
+        return None
+    state = {}
+    for name in names:
+        try:
+            with open(os.path.join(VULNERABILITIES, name)) as f:
+                state[name] = f.read().strip()
+        except OSError:
+            pass
+    return state
+
+
 def snapshot(prefix, tar_path, timings):
     """All .gcda under the gcov tree, into one tar, named relative to the kernel build directory."""
     root = os.path.join(GCOV_ROOT, prefix.lstrip("/"))
@@ -405,6 +433,7 @@ def main(job_path):
     phase = "setup"
     try:
         wl = job.workload
+        result.mitigations = mitigations()
         rundir = mount_tmpfs()
         result.env = private_home(rundir)
         host_client = job.client is not None and job.client.where == "host"
@@ -450,6 +479,7 @@ def main(job_path):
             os.rename(os.path.join(outdir, "gcda.tar.partial"), os.path.join(outdir, "gcda.tar"))
             result.gcda_files = n
             result.gcda_bytes = nbytes
+            result.gcov_values = read_key_values(GCOV_VALUES)
             result.timings["snapshot"] = round(time.monotonic() - t, 2)
         result.ok = True
     except Exception as e:

@@ -217,6 +217,8 @@ class Result:
     placement: dict[str, Any] | None = None  # kpgo.client.Placement.as_json
     sim_boot: dict[str, Any] | None = None  # the simulator's window from power-on to the agent's start
     sim: list[dict[str, Any]] | None = None  # the simulator's windows, one per run
+    gcov_values: dict[str, int] | None = None  # collect on a value-profiled kernel: its top-N node pool (debugfs gcov_values)
+    mitigations: dict[str, str] | None = None  # the guest kernel's Spectre/Meltdown/... state (sysfs cpu/vulnerabilities)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

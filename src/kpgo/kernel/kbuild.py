@@ -12,12 +12,12 @@ import re
 import shlex
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kpgo import atomic, proc, variants
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import codesize, kconfig, proof
+from kpgo.kernel import codesize, kconfig, proof, values
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
@@ -29,14 +29,16 @@ RECIPE = 3  # bump when the way kpgo builds changes, so cached builds are redone
 # - the kernel's counters are updated without atomics on SMP, so they are slightly inconsistent;
 # - a file compiled differently than when profiled (config, source) must warn, not fail;
 # - Kbuild compiles helper files that were never profiled;
-# - the ipa-profile dump is how we prove, per object, that GCC read the profile.
+# - the ipa-profile dump is how we prove, per object, that GCC read the profile ("-optimized": with the value
+#   transforms it applied), the profile_estimate dump which indirect calls it promoted (kpgo.kernel.proof).
 PROFILE_USE_FLAGS = (
     "-fprofile-use",
     "-fprofile-correction",
     "-Wno-error=coverage-mismatch",
     "-Wno-coverage-mismatch",
     "-Wno-missing-profile",
-    "-fdump-ipa-profile",
+    "-fdump-ipa-profile-optimized",
+    "-fdump-ipa-profile_estimate",
 )
 # GCC's option that keeps functions the profile never saw at their normal optimization instead of
 # optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/EVALUATION.md weighs it).
@@ -52,6 +54,11 @@ class BuildRequest:
     profile: Path | None = None
     jobs: int = 3
     kcflags: tuple[str, ...] = ()  # the user's, after the variant's flags
+    values: bool = False  # a gcov kernel that records value profiles too (kpgo.kernel.values)
+
+    @property
+    def fragments(self) -> tuple[str, ...]:
+        return self.variant.fragments + (("values",) if self.values else ())
 
 
 @functools.cache
@@ -86,6 +93,8 @@ def build_key(req: BuildRequest) -> str:
         parts["compiler"] = v.compiler.name
     if v.opt != "O2":
         parts["opt"] = v.opt
+    if req.values:  # the patched source's ident covers the patch; the plugin is an input of every object
+        parts["values"] = values.plugin_digest()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -101,9 +110,14 @@ def image(out: Path) -> Path:
     return out.resolve() / "arch" / "x86" / "boot" / "bzImage"
 
 
-def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True) -> None:
+def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True, with_values: bool = False) -> None:
     """The cheap checks, done before anything slow (like extracting the source). Without need_compiler (a dry run)
     a missing compiler passes, and so does the profile check that needs its version."""
+    if with_values:
+        if not variant.gcov:
+            raise UserError(f"--values is for the instrumented variant (it records value profiles); {variant.name} records none",
+                            "add --variant instrumented, or drop --values (a profile-use build uses the value profiles it is given)")
+        values.check(variant.compiler)
     if variant.profile and profile is None:
         raise UserError(f"the {variant.name} variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
     if not variant.profile and profile is not None:
@@ -161,7 +175,10 @@ def _compiler_record(v: Variant) -> dict:
 
 def _build(req: BuildRequest) -> dict:
     name = req.variant.name
-    check_request(req.variant, req.profile)
+    check_request(req.variant, req.profile, with_values=req.values)
+    plugin = values.plugin(req.variant.compiler) if req.values else None
+    if req.values:  # the patched copy of the source (cached), never the user's tree
+        req = replace(req, source=values.patched(req.source))
     check_inputs(req)
     # gcc is Kbuild's HOSTCC for a GCC variant (LLVM=-N makes it clang-N); the variant's compiler is checked above
     for tool in ("make", "flex", "bison", "bc", *(("gcc",) if req.variant.compiler.family == "gcc" else ())):
@@ -190,12 +207,14 @@ def _build(req: BuildRequest) -> dict:
     log = out / "build.log"
     t0 = time.monotonic()
     say(f"build {name}: configuring {req.config.name} in {out} (log: {log}; {req.variant.summary()})")
-    config = kconfig.configure(req.source.path, out, req.config, req.variant.fragments, log, req.variant.compiler.make_args())
+    config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
     installed, zero = _install_profile(req.profile, out) if req.profile else (0, 0)
     flags = kcflags(req)
     make_args, env = _make_vars(req.variant)
+    if plugin is not None:
+        make_args.append(f"{values.PLUGIN_VAR}={plugin}")
     if req.variant.profile and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(env)
@@ -230,6 +249,9 @@ def _build(req: BuildRequest) -> dict:
                   "cache_misses": after.get("cache_miss", 0) - before.get("cache_miss", 0)},
         "sizes": text_sizes(out),
     }
+    if plugin is not None:
+        build["values"] = {"patch": str(values.PATCH), "patched_source": str(req.source.path), "plugin": str(plugin),
+                           "pool_nodes": int(config.get("CONFIG_GCOV_VALUES_POOL", "0"))}
     build["ok"] = True
     if req.profile is not None:
         build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
@@ -396,10 +418,15 @@ def dry_run(req: BuildRequest) -> list[str]:
                  f"or apt-get install {' '.join(c.packages)}")
     if not req.config.base_target:
         lines.append(shlex.join(["cp", str(req.config.files[0]), str(out / ".config")]))
-    lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, v.fragments, c.make_args())]
+    if req.values:
+        lines.append(f"# the source: a copy of {req.source.path} with {values.PATCH.name} applied (in {cache_dir() / 'src'})")
+        lines.append(f"# the GCC plugin: {values.PLUGIN_SOURCE.name} built for {c.name} (in {cache_dir() / 'plugins'})")
+    lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, req.fragments, c.make_args())]
     if req.profile is not None:
         lines.append(f"# each .gcda of {req.profile.resolve()} copied to its object's place under {out}")
     make_args, env = _make_vars(v)
+    if req.values:
+        make_args.append(f"{values.PLUGIN_VAR}=<the plugin>")
     lines.append(_shell(make_command(req, out, kcflags(req), make_args), env))
     return lines
 

@@ -4,7 +4,14 @@ A changed binary proves nothing: -fprofile-use changes code through the flags it
 when GCC ignores every .gcda (it does so, silently, for files without the object summary).
 So the optimized build runs with -fdump-ipa-profile, and for each object whose .gcda holds
 non-zero counters we read GCC's own verdict from the dump: "Read edge ... count" /
-"edge counts read" when it used the counters, "Profile info is missing; giving up" when not."""
+"edge counts read" when it used the counters, "Profile info is missing; giving up" when not.
+
+Value profiles (docs/VALUES.md) are proven the same way, from what GCC says it did: the ipa-profile dump (with
+-optimized) names each value transform it applied ("Transformation done: div/mod by constant 7", "single value 16
+stringop for BUILT_IN_MEMCPY") and each indirect call it will promote ("Indirect call -> direct call ... => f"
+with the site's counts); the profile_estimate dump says which of those became speculative direct calls, and
+which targets it could not promote because they are defined in another object (GCC finds a target by its
+profile id among the functions of the unit it compiles: without LTO a call into another object stays indirect)."""
 
 from __future__ import annotations
 
@@ -20,18 +27,62 @@ THRESHOLD = 0.95
 _FUNC = re.compile(r"^;; Function ", re.M)
 _READ = re.compile(r"^(\d+) edge counts read", re.M)
 _GIVEUP = "Profile info is missing; giving up"
+_FUNC_NAME = re.compile(r"^;; Function (\S+)", re.M)
+_TRANSFORM = re.compile(r"optimized: Transformation done: (div/mod by constant|mod power of 2|mod subtract|single value \d+ stringop)")
+# The site's counter line comes just before: "Indirect call counter all: 800000, 1 values: [70510028:800000]."
+_IC_DIRECT = re.compile(r"^Indirect call counter all: (-?\d+), \d+ values: \[-?\d+:(-?\d+)[^\n]*\n"
+                        r"[^\n]*optimized: Indirect call -> direct call \S+ => (\S+) \(will resolve by ipa-profile\)", re.M)
+_TRAINED = re.compile(r"^(\d+) indirect calls trained", re.M)
+_NOT_FOUND = re.compile(r"^Function with profile-id \d+ not found", re.M)
+_SPECULATIVE = re.compile(r"^Indirect call -> speculative call (\S+)/\d+ => (\S+)/\d+", re.M)
+VALUE_KINDS = ("indirect_calls_trained", "indirect_calls_promoted", "indirect_targets_elsewhere", "divmod", "stringop")
+TOP_SITES = 30  # the hottest promoted call sites kept in proof.json
 
 
-def _dump_for(out: Path, rel_gcda: Path) -> Path | None:
+def _transform_kind(text: str) -> str:
+    return "stringop" if text.startswith("single value") else "divmod"
+
+
+def value_transforms(profile_dump: str, estimate_dump: str, obj: str) -> tuple[dict[str, int], list[dict]]:
+    """The value transforms of one object: counts by kind and its promoted indirect call sites (caller, target,
+    calls to the target and at the site), from its two dumps."""
+    counts = dict.fromkeys(VALUE_KINDS, 0)
+    for m in _TRANSFORM.finditer(profile_dump):
+        counts[_transform_kind(m.group(1))] += 1
+    counts["indirect_calls_trained"] = sum(int(m.group(1)) for m in _TRAINED.finditer(estimate_dump))
+    counts["indirect_targets_elsewhere"] = len(_NOT_FOUND.findall(estimate_dump))
+    promoted = {(m.group(1), m.group(2)) for m in _SPECULATIVE.finditer(estimate_dump)}
+    counts["indirect_calls_promoted"] = len(_SPECULATIVE.findall(estimate_dump))
+    sites = []
+    heads = [(m.start(), m.group(1)) for m in _FUNC_NAME.finditer(profile_dump)]
+    for m in _IC_DIRECT.finditer(profile_dump):
+        caller = next((name for at, name in reversed(heads) if at < m.start()), "?")
+        target = m.group(3)
+        sites.append({"object": obj, "caller": caller, "target": target, "count": int(m.group(2)), "all": int(m.group(1)),
+                      "promoted": (caller, target) in promoted})
+    return counts, sites
+
+
+def format_values(values: dict) -> str:
+    """The value-transform line of `kpgo build`'s output and the summary."""
+    t = values["totals"]
+    return (f"value profiles: {t['indirect_calls_promoted']} of {t['indirect_calls_trained']} profiled indirect calls promoted to direct "
+            f"calls ({t['indirect_targets_elsewhere']} targets in another object, out of GCC's reach without LTO); "
+            f"{t['divmod']} divisions/modulos and {t['stringop']} string operations specialized")
+
+
+def _dump_for(out: Path, rel_gcda: Path, name: str = "profile") -> Path | None:
     d = out / rel_gcda.parent
     stem = rel_gcda.name[: -len(".gcda")]
-    hits = sorted(d.glob(f"{stem}.c.*i.profile"))
+    hits = sorted(d.glob(f"{stem}.c.*i.{name}"))
     return hits[0] if hits else None
 
 
 def check(out: Path, profile: Path) -> dict:
     """Per object: non-empty profile? dump found? functions read / given up. Removes the dumps."""
     objects: dict[str, dict] = {}
+    totals = dict.fromkeys(VALUE_KINDS, 0)
+    sites: list[dict] = []
     for src in sorted(profile.rglob("*.gcda")):
         rel = src.relative_to(profile)
         arcs = int(read_gcda(src).counters(ARCS).sum())
@@ -45,11 +96,19 @@ def check(out: Path, profile: Path) -> dict:
             row["functions_read"] = sum(1 for m in _READ.finditer(text) if int(m.group(1)) > 0)
             row["functions_giving_up"] = text.count(_GIVEUP)
             row["used"] = row["functions_read"] > 0 and row["functions_giving_up"] == 0
+            estimate = _dump_for(out, rel, "profile_estimate")
+            counts, found = value_transforms(text, estimate.read_text(errors="replace") if estimate else "", str(rel.with_suffix(".o")))
+            if any(counts.values()):
+                row["values"] = counts
+                for k, v in counts.items():
+                    totals[k] += v
+            sites += found
         else:
             row["used"] = False
         objects[str(rel.with_suffix(".o"))] = row
-    for dump in out.rglob("*i.profile"):
-        dump.unlink()
+    for pattern in ("*i.profile", "*i.profile_estimate"):
+        for dump in out.rglob(pattern):
+            dump.unlink()
     nonempty = [r for r in objects.values() if r["arcs_sum"] > 0 and r["built"]]
     not_built = sorted(k for k, r in objects.items() if r["arcs_sum"] > 0 and not r["built"])
     used = [r for r in nonempty if r["used"]]
@@ -66,6 +125,11 @@ def check(out: Path, profile: Path) -> dict:
         "functions_giving_up": sum(r.get("functions_giving_up", 0) for r in objects.values()),
         "ok": bool(nonempty) and ratio >= THRESHOLD,
     }
+    if any(totals.values()):
+        hot = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])[:TOP_SITES]
+        result["values"] = {"totals": totals, "hot_promoted_sites": hot,
+                            "method": "gcc -fdump-ipa-profile-optimized (transforms done, promotion candidates) and "
+                                      "-fdump-ipa-profile_estimate (speculative direct calls produced, targets not found)"}
     atomic.write_json(out / "proof.json", {"summary": result, "objects": objects})
     return result
 

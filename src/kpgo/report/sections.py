@@ -790,6 +790,17 @@ def proof(ctx: Context) -> Section | Skipped:
         "A build below the threshold fails; a changed binary alone proves nothing, since -fprofile-use changes code even "
         "when every .gcda is ignored.",
     ]
+    with_values = {n: p["values"] for n, p in proofs.items() if isinstance(p.get("values"), dict)}
+    if with_values:
+        from kpgo.kernel.proof import VALUE_KINDS
+
+        vrows = [[n, *(str(v["totals"].get(k, "–")) for k in VALUE_KINDS)] for n, v in with_values.items()]
+        blocks.append(Table("Value transforms GCC applied with the value profiles (docs/VALUES.md): indirect calls it had "
+                            "a profile for, those it promoted to a guarded direct call, those whose target is defined in "
+                            "another object (GCC cannot promote them without LTO), divisions/modulos and string operations "
+                            "specialized. Measured: GCC's -fdump-ipa-profile-optimized and -fdump-ipa-profile_estimate dumps.",
+                            ["profile", "indirect calls profiled", "promoted", "target in another object", "div/mod", "string ops"],
+                            vrows, [False, True, True, True, True, True]))
     return Section(PROOF, how, blocks, {"workloads": proofs})
 
 

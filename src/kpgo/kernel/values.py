@@ -1,0 +1,151 @@
+"""Value profiling in the kernel (`kpgo build --variant instrumented --values`, `kpgo run --values`; docs/VALUES.md).
+
+GCC's -fprofile-values records which functions indirect calls reach, common divisors and string-operation sizes;
+-fprofile-use then promotes hot indirect calls to guarded direct calls and specializes divisions and string
+operations. Upstream Linux's gcov cannot hold such profiles, so a value-profiled build is made from a copy of the
+source with kpgo's patch (kernel/values/gcov-values.patch: the profilers, a preallocated node pool for the top-N
+counters, their serialization and reset, CONFIG_GCOV_PROFILE_VALUES), compiled with kpgo's GCC plugin
+(kernel/values/gcov_percpu_plugin.cc: GCC's thread-local indirect-call tuple moved to a per-CPU variable).
+Neither touches the user's tree: the patched copy lives in the cache, keyed by the source and the patch.
+
+API
+    check(compiler)                  refuse a compiler that cannot make a value-profiled kernel, before any work
+    patched(source) -> KernelSource  the cached patched copy of a source tree (made once; one-line error naming
+                                     the hunk that does not apply)
+    plugin(compiler) -> Path         the plugin built for that GCC (once, in the cache)
+    FRAGMENT                         the config fragment that turns the recording on
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from kpgo import proc
+from kpgo.errors import UserError
+from kpgo.kernel.source import KernelSource
+from kpgo.paths import cache_dir
+from kpgo.progress import say
+from kpgo.variants import Compiler
+
+HERE = Path(__file__).parent
+PATCH = HERE / "values" / "gcov-values.patch"
+PLUGIN_SOURCE = HERE / "values" / "gcov_percpu_plugin.cc"
+FRAGMENT = HERE / "configs" / "values.config"
+PLUGIN_VAR = "KPGO_GCOV_PLUGIN"  # the make variable the patched Makefile passes to GCC as -fplugin=
+MIN_GCC = 10  # the top-N counter layout the patch serializes (GCC 10 and later)
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()[:12]
+
+
+def check(compiler: Compiler) -> None:
+    if compiler.family != "gcc" or compiler.major < MIN_GCC:
+        raise UserError(f"--values needs GCC {MIN_GCC} or later (the top-N counter format kpgo's kernel patch writes); "
+                        f"this build compiles with {compiler.name}", "build the instrumented variant (gcc-12) with --values")
+
+
+def patched_files() -> list[str]:
+    """The files the patch changes or adds, relative to the tree."""
+    return re.findall(r"^\+\+\+ b/(\S+)", PATCH.read_text(), re.M)
+
+
+def patched(source: KernelSource) -> KernelSource:
+    digest = _digest(PATCH.read_bytes())
+    dest = cache_dir() / "src" / f"values-{source.ident}-{digest}"
+    marker = dest / ".kpgo-patched"
+    ident = _digest(source.ident.encode(), digest.encode())
+    if not marker.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second kpgo waits for the copy instead of making its own
+            if not marker.exists():
+                _make_patched(source.path, dest)
+    return KernelSource(dest, source.version, ident)
+
+
+def _patch_argv(tree: Path, dry: bool) -> list[str]:
+    # --fuzz=0: a hunk whose context moved is refused, not placed somewhere near it
+    return ["patch", "-p1", "--batch", "--forward", "--fuzz=0", *(["--dry-run"] if dry else ["--silent"]), "-d", str(tree), "-i", str(PATCH)]
+
+
+def _make_patched(tree: Path, dest: Path) -> None:
+    # First on the user's tree without writing anything: a tree the patch does not fit gets one line naming the hunk.
+    dry = proc.run(_patch_argv(tree, dry=True), check=False, what="patch --dry-run")
+    if dry.returncode != 0:
+        # patch says "checking file F" before each file's hunks and "Hunk #N FAILED at L." for each that does not fit
+        where, failed = "", ""
+        for ln in (ln.strip() for ln in dry.output.splitlines()):
+            if ln.startswith(("checking file ", "patching file ")):
+                where = ln.split(" file ", 1)[1]
+            elif "FAILED" in ln or "can't find file" in ln or "Reversed" in ln or "malformed" in ln:
+                failed = ln.rstrip(".")
+                break
+        failed = failed or (dry.output.strip().splitlines() or ["patch failed"])[-1]
+        raise UserError(f"kpgo's value-profiling patch does not apply to {tree}: {where + ': ' if where else ''}{failed}",
+                        "value profiles need a tree whose kernel/gcov is Linux 6.12's (the default source); build without --values on this one")
+    say(f"values: making a patched copy of {tree} in {dest} (once)")
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial"))
+    try:
+        # Hard links make the copy cheap; each file the patch changes is then copied for real, so the source stays as it was.
+        linked = proc.run(["cp", "-al", f"{tree}/.", str(tmp)], check=False, what="cp -al")
+        if linked.returncode != 0:
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            proc.run(["cp", "-a", f"{tree}/.", str(tmp)], what="cp -a")
+        for rel in patched_files():
+            f = tmp / rel
+            if f.exists():
+                data = f.read_bytes()
+                f.unlink()
+                f.write_bytes(data)
+        proc.run(_patch_argv(tmp, dry=False), what="patch")
+        (tmp / ".kpgo-patched").write_text(PATCH.name)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _plugin_compiler(compiler: Compiler) -> str:
+    """The C++ compiler of the same GCC: a plugin must be built by the GCC it loads into."""
+    versioned = f"g++-{compiler.major}"
+    if proc.which(versioned):
+        return versioned
+    if compiler.command == "gcc" and proc.which("g++"):
+        return "g++"
+    raise UserError(f"no C++ compiler of {compiler.name} to build kpgo's GCC plugin", f"install g++-{compiler.major}")
+
+
+def plugin(compiler: Compiler) -> Path:
+    check(compiler)
+    include = Path(proc.capture([compiler.command, "-print-file-name=plugin"]).strip()) / "include"
+    if not (include / "plugin-version.h").exists():
+        raise UserError(f"{compiler.name} has no plugin headers ({include})", f"install gcc-{compiler.major}-plugin-dev (`make setup` installs it)")
+    src = PLUGIN_SOURCE.read_bytes()
+    out = cache_dir() / "plugins" / f"gcov_percpu-{compiler.name}-{_digest(src, compiler.version_text().encode())}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    say(f"values: building the GCC plugin {out.name}")
+    proc.run([_plugin_compiler(compiler), "-shared", "-fPIC", "-fno-rtti", "-O2", "-Wall", f"-I{include}", "-o", str(tmp), str(PLUGIN_SOURCE)],
+             what="the GCC plugin build")
+    os.replace(tmp, out)
+    return out
+
+
+def plugin_digest() -> str:
+    """What a value-profiled build's key holds of the plugin (its source; the compiler is in the key already)."""
+    return _digest(PLUGIN_SOURCE.read_bytes())
