@@ -78,12 +78,9 @@ def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.
 
 
 def format_share(table: dict) -> str:
-    def pct(x: float | None) -> str:
-        return "–" if x is None else f"{x:.1%}"
-
-    lines = [f"{'workload':<14} {'CPU time':>9} {'insns':>9} {'L1i miss':>9} {'iTLB miss':>9}   (kernel's share)"]
-    lines += [f"{n:<14} {pct(r['cpu_time']):>9} " + " ".join(f"{pct(r[k]):>9}" for k in bench.SHARES) for n, r in table.items()]
-    return "\n".join(lines)
+    rows = [[n, present.pct(r["cpu_time"]), *(present.pct(r[k]) for k in bench.SHARES)] for n, r in table.items()]
+    return present.text_table(["workload", "CPU time", "insns", "L1i miss", "iTLB miss"], rows, [False, True, True, True, True],
+                              note="(kernel's share)")
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,19 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequ
     return [row(header), "|" + "|".join("---:" if n else "---" for n in numeric) + "|", *(row(r) for r in rows)]
 
 
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool], note: str = "") -> str:
+    """A fixed-width table for the terminal: each column as wide as its widest cell, numeric columns right-aligned,
+    `note` after the header."""
+    cols = list(zip(header, *rows))
+    widths = [max(len(c) for c in col) for col in cols]
+
+    def line(cells: Sequence[str]) -> str:
+        return " ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)).rstrip()
+
+    head = line(header) + (f"   {note}" if note else "")
+    return "\n".join([head, *(line(r) for r in rows)])
+
+
 def html_escape(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
