@@ -222,7 +222,8 @@ def _build(req: BuildRequest) -> dict:
     compiled = _make(req, out, log, argv, env)
     after = _ccache_stats(env)
     t_total = time.monotonic() - t0
-    release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", "kernelrelease"]).strip().splitlines()[-1]
+    plugin_var = [f"{values.PLUGIN_VAR}={plugin}"] if plugin is not None else []  # the patched Makefile needs it to parse
+    release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", *plugin_var, "kernelrelease"]).strip().splitlines()[-1]
     build: dict = {
         "key": key,
         "variant": name,

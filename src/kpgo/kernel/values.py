@@ -130,13 +130,13 @@ def _plugin_compiler(compiler: Compiler) -> str:
 
 def plugin(compiler: Compiler) -> Path:
     check(compiler)
+    src = PLUGIN_SOURCE.read_bytes()
+    out = cache_dir() / "plugins" / f"gcov_percpu-{compiler.name}-{_digest(src, compiler.version_text().encode())}.so"
+    if out.exists():  # built for this very compiler: its headers are not needed any more
+        return out
     include = Path(proc.capture([compiler.command, "-print-file-name=plugin"]).strip()) / "include"
     if not (include / "plugin-version.h").exists():
         raise UserError(f"{compiler.name} has no plugin headers ({include})", f"install gcc-{compiler.major}-plugin-dev (`make setup` installs it)")
-    src = PLUGIN_SOURCE.read_bytes()
-    out = cache_dir() / "plugins" / f"gcov_percpu-{compiler.name}-{_digest(src, compiler.version_text().encode())}.so"
-    if out.exists():
-        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     say(f"values: building the GCC plugin {out.name}")

@@ -23,6 +23,7 @@
 #include "tree-into-ssa.h"
 #include "diagnostic-core.h"
 #include "stor-layout.h"
+#include "tree-dfa.h"
 
 int plugin_is_GPL_compatible;
 
@@ -33,17 +34,19 @@ static bool is_tuple(const_tree t) {
   return t && TREE_CODE(t) == VAR_DECL && DECL_NAME(t) && !strcmp(IDENTIFIER_POINTER(DECL_NAME(t)), kTuple);
 }
 
-// The byte offset of `ref` in the tuple when it is tuple.field, else -1.
-static HOST_WIDE_INT field_offset(const_tree ref) {
-  if (TREE_CODE(ref) != COMPONENT_REF || !is_tuple(TREE_OPERAND(ref, 0)) || TREE_OPERAND(ref, 2))
+// The byte offset in the tuple that `ref` accesses as one 64-bit word, else -1. GCC writes tuple.field, which
+// later passes may turn into MEM[&tuple + off] (a component of a memory reference): both resolve to the tuple
+// and a constant offset.
+static HOST_WIDE_INT field_offset(tree ref) {
+  if (!handled_component_p(ref) && TREE_CODE(ref) != MEM_REF)
     return -1;
-  tree field = TREE_OPERAND(ref, 1);
-  if (!tree_fits_shwi_p(DECL_FIELD_OFFSET(field)) || !tree_fits_shwi_p(DECL_FIELD_BIT_OFFSET(field)))
+  poly_int64 off;
+  HOST_WIDE_INT at;
+  tree base = get_addr_base_and_unit_offset(ref, &off);
+  tree size = TYPE_SIZE(TREE_TYPE(ref));
+  if (!base || !is_tuple(base) || !off.is_constant(&at) || !size || !tree_fits_uhwi_p(size) || tree_to_uhwi(size) != 64)
     return -1;
-  HOST_WIDE_INT bits = tree_to_shwi(DECL_FIELD_BIT_OFFSET(field));
-  if (bits % BITS_PER_UNIT || tree_to_shwi(TYPE_SIZE(TREE_TYPE(ref))) != 64)
-    return -1;
-  return tree_to_shwi(DECL_FIELD_OFFSET(field)) + bits / BITS_PER_UNIT;
+  return at;
 }
 
 static tree operand(const char *constraint, tree value) {
@@ -69,6 +72,26 @@ static gasm *percpu_move(HOST_WIDE_INT offset, tree value, bool store) {
   return a;
 }
 
+// A call to one of GCC's value profilers (__gcov_topn_values_profiler, __gcov_indirect_call_profiler_v4, ...,
+// their _atomic twins); `callee_only`: only the one at the entry of a function that may be called indirectly.
+static bool is_value_profiler(const gimple *stmt, bool callee_only) {
+  if (!is_gimple_call(stmt))
+    return false;
+  tree fn = gimple_call_fndecl(stmt);
+  const char *name = fn && DECL_NAME(fn) ? IDENTIFIER_POINTER(DECL_NAME(fn)) : "";
+  if (callee_only)
+    return startswith(name, "__gcov_indirect_call_profiler");
+  return startswith(name, "__gcov_") && strstr(name, "_profiler");
+}
+
+// x86-64's early start-up code (__head: .head.text) runs from the identity mapping, before the kernel's own
+// addresses are mapped: it may touch counters RIP-relative (arcs) but must not pass their absolute addresses to a
+// profiler, which is how GCC calls the value profilers.
+static bool runs_unmapped(const function *fn) {
+  const char *section = DECL_SECTION_NAME(fn->decl);
+  return section && startswith(section, ".head.text");
+}
+
 static tree find_tuple(tree *tp, int *walk_subtrees, void *) {
   if (is_tuple(*tp))
     return *tp;
@@ -85,11 +108,22 @@ const pass_data kPassData = {
 struct percpu_pass : gimple_opt_pass {
   explicit percpu_pass(gcc::context *ctx) : gimple_opt_pass(kPassData, ctx) {}
   unsigned int execute(function *fn) override {
-    bool changed = false;
+    bool changed = false, weak = DECL_WEAK(fn->decl), unmapped = runs_unmapped(fn);
     basic_block bb;
     FOR_EACH_BB_FN(bb, fn) {
-      for (gimple_stmt_iterator gsi = gsi_start_bb(bb); !gsi_end_p(gsi); gsi_next(&gsi)) {
+      for (gimple_stmt_iterator gsi = gsi_start_bb(bb); !gsi_end_p(gsi);) {
         gimple *stmt = gsi_stmt(gsi);
+        if (is_value_profiler(stmt, !unmapped) && (weak || unmapped)) {
+          // A weak function's own address may resolve at link time to the definition that overrides it, an
+          // __init one (arch_cpuhp_init_parallel_bringup): the reference would be a section mismatch. Weak
+          // defaults are seldom called through pointers; they record no indirect-call target. Code that runs
+          // unmapped records no values at all.
+          unlink_stmt_vdef(stmt);
+          gsi_remove(&gsi, true);
+          release_defs(stmt);
+          changed = true;
+          continue;
+        }
         if (gimple_assign_single_p(stmt)) {
           tree lhs = gimple_assign_lhs(stmt), rhs = gimple_assign_rhs1(stmt);
           HOST_WIDE_INT store_at = field_offset(lhs), load_at = field_offset(rhs);
@@ -107,6 +141,7 @@ struct percpu_pass : gimple_opt_pass {
               SSA_NAME_DEF_STMT(lhs) = a;
             update_stmt(a);
             changed = true;
+            gsi_next(&gsi);
             continue;
           }
         }
@@ -114,6 +149,7 @@ struct percpu_pass : gimple_opt_pass {
         memset(&wi, 0, sizeof wi);
         if (walk_gimple_op(stmt, find_tuple, &wi))
           error_at(gimple_location(stmt), "kpgo: a use of %qs this plugin cannot make per-CPU", kTuple);
+        gsi_next(&gsi);
       }
     }
     if (changed)
