@@ -12,7 +12,7 @@ follows the host's under TCG), best of --repeat runs per boot. With --workload, 
 and each load step's throughput ratio (without / with) is that step's in-window slowdown. The target (issue 10) is <= 2.5x.
 
 spread: the same workload in --boots boots with the plugin; per boot the counters per operation of the measured
-window (kernel and user instructions, L1i and iTLB misses, taken branches) and, over boots, (max - min) / mean and
+window (kernel and user instructions, L1i and iTLB misses, taken and indirect branches) and, over boots, (max - min) / mean and
 the coefficient of variation.
 
 Default kernel: the tiny vanilla test kernel (.kpgo-test/run-tiny/builds/vanilla). One guest at a time.
@@ -86,7 +86,7 @@ def spread(args: argparse.Namespace, accel: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="kpgo-bench-sim."))
     wl = workloads.load(args.workload, args.set)
     keys = [("kernel", "insns"), ("user", "insns"), ("kernel", "l1i_misses"), ("kernel", "itlb_misses"), ("user", "l1i_misses"),
-            ("kernel", "taken_branches"), ("user", "taken_branches")]
+            ("kernel", "taken_branches"), ("user", "taken_branches"), ("kernel", "indirect_branches"), ("user", "indirect_branches")]
     rows = []
     for b in range(args.boots):
         t = time.monotonic()

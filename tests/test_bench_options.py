@@ -13,6 +13,7 @@ from conftest import workload
 from kpgo import bench, cli, sim, vm
 from kpgo.commands.common import sim_from
 from kpgo.errors import UserError
+from kpgo.report import present
 
 
 def _args(*extra: str):  # the real parser of `kpgo bench`
@@ -63,3 +64,18 @@ def test_tables_lead_with_simulated_figures_and_list_failures() -> None:
     assert "×0.900" in text and "FAILED boots (1" in text and "/b/console.log" in text
     with pytest.raises(Exception, match=r"1 of 12 boots failed \(vanilla on bad"):
         bench.raise_if_failed(res, Path("/out"))
+
+
+def test_indirect_branches_are_a_metric_not_a_headline() -> None:
+    """Indirect branches per op on both sides, summarized like every count; the headline stays instructions, L1i
+    misses and taken branches (results measured before the counter existed have those three)."""
+    assert {"kernel_indirect_branches_per_op", "user_indirect_branches_per_op"} <= set(bench.SIM_METRICS)
+    assert bench.SIM_HEADLINE == ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_taken_branches_per_op")
+    assert present.metric_title("kernel_indirect_branches_per_op") == "kernel indirect branches/op"
+    kernels = [bench.Kernel("vanilla", Path("/v")), bench.Kernel("opt", Path("/o"))]
+    samples = [_sample(k, "w", r, 100, 1000) for k in ("vanilla", "opt") for r in range(2)]
+    for s in samples:
+        s["sim_per_op"]["kernel_indirect_branches_per_op"] = 40.0 if s["kernel"] == "vanilla" else 30.0
+    res = bench.summarize(kernels, [workload("w", unit="ops/s")], [(k.label, "w") for k in kernels], samples, "vanilla")
+    assert res["workloads"]["w"]["sim"]["opt"]["kernel_indirect_branches_per_op"]["ratio"] == pytest.approx(0.75)
+    assert res["sim_geomean"]["opt"]["kernel_indirect_branches_per_op"]["ratio"] == pytest.approx(0.75)

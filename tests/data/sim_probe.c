@@ -14,6 +14,11 @@
  *   rep N       one rep stosb of N bytes, N <= 1 MiB (TCG: a block per iteration, jumping back
  *               to itself): taken 0
  *   empty N     open and close at once (N ignored): the window's fixed overhead; taken 0
+ *   indirect N  N >= 1: N iterations of an indirect call (call *%rax) to a ret, a direct call to a
+ *               ret and an indirect jump (jmp *%rax); a loop of one block closed by jmp *%rax, N
+ *               iterations; N of an indirect jump across a page boundary (see indirect_probe):
+ *               17*N + 9; taken 9*N - 2; indirect branches 4*N (direct calls and rets are none);
+ *               every other mode executes no indirect branch in its window
  * Prints "sim_probe MODE N guest_seconds=S" (guest clock around the window) on stdout.
  */
 #include <stdio.h>
@@ -117,6 +122,74 @@ static void empty(void)
     __asm__ __volatile__(OPEN CLOSE ::: "memory");
 }
 
+/* A function of its own (calls in inline asm would overwrite the caller's red zone), in three
+ * loops of N iterations. Per iteration of the first: 9 instructions (mov, call*, ret, call, ret,
+ * mov, jmp*, dec, jnz), 6 taken branches (every transfer; the last jnz falls through), 2 indirect
+ * (call*, jmp*); of the second, a loop of one block (account()'s same-segment path): 4, 1 taken
+ * (its back edge; the last jump goes to its fall-through, 7f), 1 indirect; of the third: 4 (mov,
+ * jmp*, dec, jnz), 2 taken (the last jnz falls through), 1 indirect: a jmp* whose ModRM byte ends
+ * a page and whose displacement starts the next, so QEMU's translator sees it twice (the
+ * page-crossing phantom, docs/SIM.md) and it must be counted once. Before the first loop: the
+ * open marker, mov, lea, lea; between the first and the second: mov, lea, lea; between the
+ * second and the third: mov, jmp (taken). */
+void indirect_probe(unsigned long n);
+extern const char indirect_cross[];
+__asm__(".pushsection .text\n"
+        ".p2align 12\n"
+        ".fill 4091, 1, 0xcc\n" /* int3, never run: puts the jmp* below across a page boundary */
+        ".globl indirect_cross\n"
+        "indirect_cross:\n\t"
+        "mov %r8, %rax\n\t"                  /* 3 bytes: page offsets 4091-4093 */
+        ".byte 0xff, 0xa0, 0, 0, 0, 0\n\t"   /* jmp *0x0(%rax), disp32: ff a0 | 00 00 00 00 */
+        "ud2\n"
+        "indirect_back:\n\t"
+        "dec %rcx\n\t"
+        "jnz indirect_cross\n\t"
+        "nopl 0x6b706702(%rax)\n\t" /* close */
+        "ret\n"
+        ".globl indirect_probe\n"
+        ".type indirect_probe, @function\n"
+        "indirect_probe:\n\t"
+        "lea indirect_back(%rip), %rax\n\t"  /* the third loop's target, in memory (before the window) */
+        "lea indirect_slot(%rip), %r8\n\t"
+        "mov %rax, (%r8)\n\t"
+        "nopl 0x6b706701(%rax)\n\t" /* open */
+        "mov %rdi, %rcx\n\t"
+        "lea 3f(%rip), %rdx\n\t"
+        "lea 4f(%rip), %rsi\n"
+        "1:\n\t"
+        "mov %rdx, %rax\n\t"
+        "call *%rax\n\t"
+        "call 5f\n\t"
+        "mov %rsi, %rax\n\t"
+        "jmp *%rax\n\t"
+        "ud2\n" /* not reached: the jump's fall-through, so the jump is a taken branch */
+        "4:\n\t"
+        "dec %rcx\n\t"
+        "jnz 1b\n\t"
+        "mov %rdi, %rcx\n\t"
+        "lea 6f(%rip), %rdx\n\t"
+        "lea 7f(%rip), %rsi\n"
+        "6:\n\t"
+        "mov %rdx, %rax\n\t"
+        "dec %rcx\n\t"
+        "cmovz %rsi, %rax\n\t"
+        "jmp *%rax\n"
+        "7:\n\t"
+        "mov %rdi, %rcx\n\t"
+        "jmp indirect_cross\n"
+        "3:\n\t"
+        "ret\n"
+        "5:\n\t"
+        "ret\n"
+        ".size indirect_probe, .-indirect_probe\n"
+        ".popsection\n"
+        ".pushsection .bss\n"
+        ".p2align 3\n"
+        "indirect_slot:\n\t"
+        ".quad 0\n"
+        ".popsection");
+
 extern const char bigcode_start[], straight_start[];
 
 /* Map every page of the big code before the window: a page fault would put a kernel handler
@@ -130,12 +203,15 @@ static void touch_code(void)
     for (const volatile char *p = straight_start; p < straight_start + 16384 * 5 + 4096; p += 4096) {
         (void)*p;
     }
+    for (const volatile char *p = indirect_cross; p < indirect_cross + 2 * 4096; p += 4096) {
+        (void)*p;
+    }
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: sim_probe loop|syscalls|bigcode|straight|rep|empty N\n");
+        fprintf(stderr, "usage: sim_probe loop|syscalls|bigcode|straight|rep|empty|indirect N\n");
         return 2;
     }
     unsigned long n = strtoul(argv[2], 0, 0);
@@ -161,6 +237,8 @@ int main(int argc, char **argv)
         rep_stos(n);
     } else if (!strcmp(argv[1], "empty")) {
         empty();
+    } else if (!strcmp(argv[1], "indirect") && n >= 1) {
+        indirect_probe(n);
     } else {
         fprintf(stderr, "sim_probe: unknown mode %s\n", argv[1]);
         return 2;

@@ -76,7 +76,7 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
                    help="boot order per round: random (randomized blocks, default) or abba (alternating A B / B A)")
     g.add_argument("--seed", type=int, help="seed of the random order (default: the earlier bench's in the same directory, else drawn and recorded)")
     g.add_argument("--sim", action=argparse.BooleanOptionalAction, default=None,
-                   help="count guest instructions, taken branches and simulated L1i/iTLB misses per operation with kpgo's QEMU "
+                   help="count guest instructions, taken and indirect branches and simulated L1i/iTLB misses per operation with kpgo's QEMU "
                    "plugin (docs/SIM.md); default: on when guests run under TCG (no working KVM), where they are the headline, "
                    "off under KVM; --no-sim turns them off")
     g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",

@@ -90,6 +90,7 @@ COUNTS = {
     "l1i_misses": ("L1i misses", "L1i misses"),
     "itlb_misses": ("iTLB misses", "iTLB misses"),
     "taken_branches": ("taken branches", "taken branches"),
+    "indirect_branches": ("indirect branches", "indirect branches"),
 }
 SHARE_COUNTS = {"kernel_insn_share": "insns", "kernel_l1i_share": "l1i_misses", "kernel_itlb_share": "itlb_misses"}  # of which count
 

@@ -1,8 +1,8 @@
 """Simulated CPU counters for guests under QEMU TCG (docs/SIM.md).
 
 kpgosim.c is a QEMU TCG plugin: inside windows the guest opens and closes with marker NOPs
-(window.c, the guest tool `kpgo-window open|close`), it counts guest instructions, taken branches
-and simulated L1 instruction-cache and iTLB accesses and misses, each split kernel/user, and writes
+(window.c, the guest tool `kpgo-window open|close`), it counts guest instructions, taken and
+indirect branches and simulated L1 instruction-cache and iTLB accesses and misses, each split kernel/user, and writes
 every closed window to a JSON report on the host. One module per job:
 
 - config: SimConfig, the simulated cache and iTLB, and the plugin's arguments;

@@ -7,14 +7,16 @@
  *   - simulated L1 instruction-cache accesses and misses (set-associative, true LRU),
  *   - simulated instruction-TLB accesses and misses (set-associative, true LRU),
  *   - taken branches: block executions whose successor on the same vCPU does not start at their
- *     fall-through address (counted on the side of the block that branched; see account()).
+ *     fall-through address (counted on the side of the block that branched; see account()),
+ *   - indirect branches: executed indirect calls and jumps (opcode ff /2../5, decoded at
+ *     translation time; not ret, and not a retpoline's thunk, whose transfer is a ret).
  * Every closed window is one record of the JSON report, which is rewritten atomically (tmp +
  * rename) at each close and at exit. See docs/SIM.md.
  *
  * Speed: the work is done once per translated block (TB): its instruction count, side, fall-through
- * address and the ordered distinct cache lines and pages it spans are precomputed, so each block
- * execution costs one callback that returns at once outside a window and otherwise compares one
- * address and replays a few LRU accesses.
+ * address, whether it ends in an indirect branch and the ordered distinct cache lines and pages it
+ * spans are precomputed, so each block execution costs one callback that returns at once outside
+ * a window and otherwise compares one address and replays a few LRU accesses.
  *
  * Window markers, plain multi-byte NOPs in any ring and on any x86-64 CPU (plugin or not):
  *   open : nopl 0x6b706701(%rax)   bytes 0f 1f 80 01 67 70 6b
@@ -41,7 +43,7 @@
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-#define FORMAT 3
+#define FORMAT 4
 #define MARK_LEN 7
 #define GUEST_PAGE 4096  /* x86 TARGET_PAGE_SIZE: the translator's unit, not the simulated iTLB page */
 #define X86_MAX_INSN 15   /* bytes */
@@ -74,7 +76,8 @@ struct seg {
     uint16_t side, op;
     uint32_t own_sets; /* each line and each page in a set of its own */
     uint32_t self_taken; /* 1 if running this segment again right after itself is a taken branch */
-    uint32_t pad;        /* explicit: no padding bytes, so equal contents hash equal */
+    uint32_t indirect;   /* 1 if its last instruction is an indirect call or jump; also keeps the
+                            fields above free of padding bytes, so equal contents hash equal */
     uint64_t vaddr;    /* of the first instruction */
     uint64_t end;      /* fall-through: the address right after the last instruction */
     uint64_t phantom;  /* address of a possibly unexecuted last instruction, or NO_ADDR (see tb_trans) */
@@ -120,7 +123,7 @@ static uint64_t translations, seg_bytes;
 
 /* ---- per-vCPU state: touched only by its own vCPU thread, so no lock on the hot path ---- */
 struct counters {
-    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss, taken;
+    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss, taken, indirect;
 };
 
 struct tlb_ent { uint64_t v, h; };
@@ -200,7 +203,9 @@ static void reset_vcpu(struct vcpu *vc, uint32_t gen)
  *     runs each iteration as a block that jumps back to it; the CPU runs one instruction.
  * A marker segment starts at its predecessor's end, so it continues its block. A transfer to an
  * interrupt or exception handler (or a syscall) is a taken branch of the interrupted block's
- * side; the return (iret, sysret) one of the kernel's. */
+ * side; the return (iret, sysret) one of the kernel's.
+ * Indirect branches need no successor: they are decoded, so they are added with the counts (on
+ * both paths), and taken back with a phantom that was one. */
 static __attribute__((noinline)) void account(unsigned vcpu_index, const struct seg *s, uint32_t g)
 {
     struct vcpu *vc = &vcpus[vcpu_index];
@@ -213,6 +218,7 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
     c->blocks++;
     c->ic_acc += s->n_lines;
     c->tlb_acc += s->n_pages;
+    c->indirect += s->indirect;
     if (prev == s && s->own_sets) {
         /* The same segment again (a loop of one block): its back edge was taken (precomputed),
          * and each of its lines and pages is still the most recent of its set, so every access
@@ -223,6 +229,7 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
     if (G_LIKELY(prev != NULL)) {
         if (G_UNLIKELY(s->vaddr == prev->phantom)) {
             c->insns--;  /* prev's last instruction runs here instead: a fall-through */
+            c->indirect -= prev->indirect;
         } else if (s->vaddr != prev->end && s->vaddr != prev->rep_at) {
             vc->c[prev->side].taken++;
         }
@@ -270,6 +277,7 @@ static void add_counters(struct counters *a, const struct counters *b)
     a->tlb_acc += b->tlb_acc;
     a->tlb_miss += b->tlb_miss;
     a->taken += b->taken;
+    a->indirect += b->indirect;
 }
 
 static void json_counters(GString *s, const char *name, const struct counters *c)
@@ -278,8 +286,8 @@ static void json_counters(GString *s, const char *name, const struct counters *c
         "\"%s\": {\"insns\": %" PRIu64 ", \"blocks\": %" PRIu64
         ", \"l1i_accesses\": %" PRIu64 ", \"l1i_misses\": %" PRIu64
         ", \"itlb_accesses\": %" PRIu64 ", \"itlb_misses\": %" PRIu64
-        ", \"taken_branches\": %" PRIu64 "}",
-        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss, c->taken);
+        ", \"taken_branches\": %" PRIu64 ", \"indirect_branches\": %" PRIu64 "}",
+        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss, c->taken, c->indirect);
 }
 
 static double since(const struct timespec *t0)
@@ -439,31 +447,59 @@ static bool distinct_offsets(const uint64_t *off, size_t n, size_t stride)
     return true;
 }
 
-/* Whether an instruction is a rep/repne-prefixed string instruction (ins, outs, movs, cmps, stos,
- * lods, scas). TCG ends the block after it and runs each further iteration as a block of its own
- * that starts at it. */
-static bool rep_string(struct qemu_plugin_insn *insn)
+/* The offset of an instruction's opcode, after its legacy prefixes and an optional REX prefix
+ * (in 32-bit code 0x40-0x4f is inc/dec, a whole instruction: the offset reaches n); *rep tells
+ * whether a rep/repne prefix was among them. */
+static size_t opcode_at(const uint8_t *b, size_t n, bool *rep)
 {
-    const uint8_t *b = qemu_plugin_insn_data(insn);
-    size_t n = qemu_plugin_insn_size(insn), i = 0;
-    bool rep = false;
+    size_t i = 0;
+    *rep = false;
     for (; i < n; i++) {  /* legacy prefixes */
         uint8_t x = b[i];
         if (x == 0xf2 || x == 0xf3) {
-            rep = true;
+            *rep = true;
         } else if (x != 0xf0 && x != 0x2e && x != 0x36 && x != 0x3e && x != 0x26 && x != 0x64 &&
                    x != 0x65 && x != 0x66 && x != 0x67) {
             break;
         }
     }
     if (i < n && (b[i] & 0xf0) == 0x40) {
-        i++;  /* REX (in 32-bit code 0x40-0x4f is inc/dec, a whole instruction: i reaches n) */
+        i++;
     }
+    return i;
+}
+
+/* Whether an instruction is a rep/repne-prefixed string instruction (ins, outs, movs, cmps, stos,
+ * lods, scas). TCG ends the block after it and runs each further iteration as a block of its own
+ * that starts at it. */
+static bool rep_string(struct qemu_plugin_insn *insn)
+{
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    size_t n = qemu_plugin_insn_size(insn);
+    bool rep;
+    size_t i = opcode_at(b, n, &rep);
     if (!rep || i >= n) {
         return false;
     }
     uint8_t op = b[i];
     return (op >= 0x6c && op <= 0x6f) || (op >= 0xa4 && op <= 0xa7) || (op >= 0xaa && op <= 0xaf);
+}
+
+/* Whether an instruction is an indirect call or jump: ff /2 (call near), /3 (call far), /4 (jmp
+ * near), /5 (jmp far), whatever its prefixes (notrack 3e and bnd f2 included). Far forms with a
+ * register operand (mod 3) are undefined (#UD), no branch. Each ends its TCG block. A phantom
+ * whose recorded bytes stop before the ModRM byte is none here; it is decoded in its next block. */
+static bool indirect_branch(struct qemu_plugin_insn *insn)
+{
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    size_t n = qemu_plugin_insn_size(insn);
+    bool rep;
+    size_t i = opcode_at(b, n, &rep);
+    if (i + 1 >= n || b[i] != 0xff) {
+        return false;
+    }
+    unsigned mod = b[i + 1] >> 6, reg = (b[i + 1] >> 3) & 7;
+    return reg == 2 || reg == 4 || ((reg == 3 || reg == 5) && mod != 3);
 }
 
 /* The interned segment for instructions [first, last) of the block. */
@@ -519,6 +555,8 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
     s->end = qemu_plugin_insn_vaddr(tail) + qemu_plugin_insn_size(tail);
     s->phantom = phantom;
     s->rep_at = rep_string(tail) ? qemu_plugin_insn_vaddr(tail) : NO_ADDR;
+    /* Only a block's last instruction can be one: a segment that ends at a marker never is. */
+    s->indirect = indirect_branch(tail);
     /* Running this segment again right after itself: a back edge unless it is the next iteration
      * of its rep string instruction (or, not possible for a segment of some bytes, the
      * fall-through or the phantom). */
