@@ -176,7 +176,8 @@ def test_fan_in_needs_cluster_and_two(fleet: tuple[list[Path], list[Path]], tmp_
 
 
 def test_single_machine_commands_do_not_import_ray(fleet: tuple[list[Path], list[Path]], tmp_path: Path) -> None:
-    code = ("import sys; import kpgo, kpgo.cli, kpgo.cluster, kpgo.gcov.merge, kpgo.commands.profile, kpgo.pipeline; "
+    code = ("import sys; import kpgo, kpgo.cli, kpgo.cluster, kpgo.gcov.merge, kpgo.commands.profile, kpgo.pipeline, "
+            "kpgo.bench, kpgo.commands.bench; "
             f"rc = kpgo.cli.main(['profile', 'merge', {str(fleet[0][0])!r}, {str(fleet[0][1])!r}, '-o', {str(tmp_path / 'o')!r}]); "
             "assert rc == 0; assert 'ray' not in sys.modules, 'ray was imported'")
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -11,21 +11,27 @@ per-operation kernel/user instruction, L1i-miss and iTLB-miss figures from the Q
 Each boot's sample is kept (OUT/boots/ROUND-WORKLOAD-KERNEL/sample.json) with the key of its cell
 (kernel build, workload spec, runs, simulator settings): an interrupted bench resumes, and adding
 kernels or workloads to a finished bench boots only the new cells. OUT/results.json holds the
-design, host facts, every raw sample and the summaries, so a report can be regenerated from it."""
+design, host facts, every raw sample and the summaries, so a report can be regenerated from it.
+
+Where the boots run is a Runner: Here (this process, one boot after another), or with --cluster
+kpgo.cluster's, which boots each as a Ray task, each round whole on one node, and returns the
+samples for this process to write. Both do each boot with measure()."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import platform
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from kpgo import atomic, host, proc, stats, vm, workloads
+from kpgo import atomic, host, stats, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
@@ -95,8 +101,7 @@ def parse_kernel_arg(text: str) -> Kernel:
 
 
 def host_facts(accel: str) -> dict:
-    qemu = proc.capture(["qemu-system-x86_64", "--version"]).splitlines()[0]
-    return {"cpu": host.cpu_model(), "accelerator": accel, "qemu": qemu, "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
+    return {"cpu": host.cpu_model(), "accelerator": accel, "qemu": host.qemu_version(), "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
 
 
 def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> list[dict[str, Any]]:
@@ -150,6 +155,161 @@ def _seed(out: Path, design: Design) -> int:
         return random.SystemRandom().randrange(1 << 31)
 
 
+@dataclass
+class Boot:
+    """One boot of the plan: a cell in a round, the directory its sample and outputs go to, the cell's key, and the
+    sample an earlier bench left for it with the same key (None: it is to be booted)."""
+
+    step: dict[str, Any]
+    bootdir: Path
+    key: str
+    kept: dict | None = None
+
+    @property
+    def cell(self) -> tuple[int, str, str]:
+        return self.step["round"], self.step["kernel"], self.step["workload"]
+
+
+@dataclass(frozen=True)
+class BootSpec:
+    """What every boot of a bench is measured with besides its kernel (a cluster sends it to the nodes once)."""
+
+    workloads: dict[str, contract.Workload]
+    runs: int
+    guest: vm.Guest
+    accel: str
+    sim: Any  # kpgo.sim.SimConfig, or None
+
+
+def measure(image: Path, workdir: Path, step: dict[str, Any], key: str, how: BootSpec) -> dict[str, Any]:
+    """One boot of one cell: the same work whether this process does it or a task on a cluster node. The guest's
+    files and the console log go to workdir. Returns {"sample": its record} or, when the boot fails, {"error",
+    "hint", "exit_code"} (a failing cell does not stop the others); either names the machine ("host")."""
+    job = contract.Job(mode="bench", workload=how.workloads[step["workload"]], runs=how.runs)
+    sim = how.sim
+    extra = {"sim": sim} if sim is not None else {}
+    try:
+        result = vm.run_agent(image, workdir / "guest", job, guest=how.guest, log=workdir / "console.log", accel=how.accel, **extra)
+        runs = result.runs
+        values = [r.value for r in runs]
+        ops = [r.ops for r in runs]
+        rec = {
+            **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
+            "parts": [r.parts for r in runs], "secondary": [r.secondary for r in runs],
+            "kernel_share": [r.kernel_share for r in runs], "ops": ops,
+            "ops_method": [r.ops_method for r in runs], "ops_estimate": [r.ops_estimate for r in runs],
+            "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line) if sim is not None else None,
+            "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
+            "mitigations": result.mitigations, "host": host.identity(),
+        }
+    except KpgoError as e:
+        return {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "host": host.identity()}
+    return {"sample": rec}
+
+
+class Progress:
+    """The bench's lines on the terminal: each boot as it starts, with the time left estimated from the boots
+    finished so far, and each failure."""
+
+    def __init__(self, total: int, rounds: int) -> None:
+        self.total, self.rounds = total, rounds
+        self.started = self.finished = 0
+        self.number: dict[tuple[int, str, str], int] = {}
+        self.t0 = time.monotonic()
+
+    def start(self, b: Boot, where: str = "") -> None:
+        self.started += 1
+        self.number[b.cell] = self.started
+        elapsed = time.monotonic() - self.t0
+        eta = f", ~{fmt_secs(elapsed / self.finished * (self.total - self.finished))} left" if self.finished else ""
+        say(f"bench: boot {self.started}/{self.total}: {b.step['kernel']} on {b.step['workload']} "
+            f"(round {b.step['round'] + 1}/{self.rounds}){where}{eta}")
+
+    def done(self, b: Boot, error: str | None) -> None:
+        self.finished += 1
+        if error is not None:
+            say(f"bench: boot {self.number.get(b.cell, '?')}/{self.total}: {b.step['kernel']} on {b.step['workload']} FAILED: {error}")
+
+
+class Runner(Protocol):
+    """Where the boots run: in this process (Here), or as tasks on a Ray cluster (kpgo.cluster.BenchOnCluster)."""
+
+    def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[contract.Workload], choice: SimChoice) -> tuple[str, Any]:
+        """Before any boot: the accelerator and the SimConfig (or None) the boots use. builds: label -> (build
+        directory, build key)."""
+        ...
+
+    def run(self, boots: list[Boot], how: BootSpec, progress: Progress) -> Iterator[tuple[Boot, dict[str, Any]]]:
+        """Boot what the plan needs (at least every boot without a kept sample); yield each with measure()'s outcome,
+        its outputs in its bootdir."""
+        ...
+
+    def facts(self, samples: list[dict]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """After the boots, given the bench's samples: what results.json records of the machines (at least "host"),
+        and what its design adds."""
+        ...
+
+
+class Here:
+    """Every boot in this process, one after another, in the plan's order (no --cluster)."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, Path] = {}
+        self.accel = ""
+
+    def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[contract.Workload], choice: SimChoice) -> tuple[str, Any]:
+        self.dirs = {label: d for label, (d, _) in builds.items()}
+        # A plugin sees only TCG-translated code: simulated boots run under TCG even where KVM works.
+        probed = "tcg" if choice.mode == "on" else vm.accelerator(kbuild.image(next(iter(self.dirs.values()))))
+        sim = choice.resolve(probed)
+        self.accel = "tcg" if sim is not None else probed
+        return self.accel, sim
+
+    def run(self, boots: list[Boot], how: BootSpec, progress: Progress) -> Iterator[tuple[Boot, dict[str, Any]]]:
+        for b in boots:
+            if b.kept is None:
+                progress.start(b)
+                yield b, measure(kbuild.image(self.dirs[b.step["kernel"]]), b.bootdir, b.step, b.key, how)
+
+    def facts(self, samples: list[dict]) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"host": host_facts(self.accel)}, {}
+
+
+@contextlib.contextmanager
+def _runner(cluster: str | None) -> Iterator[Runner]:
+    if cluster is None:
+        yield Here()
+        return
+    from kpgo import cluster as ray_cluster  # imports Ray: only with --cluster
+
+    with ray_cluster.bench_runner(cluster) as runner:
+        yield runner
+
+
+def _keep(b: Boot, outcome: dict[str, Any], samples: dict[tuple[int, str, str], dict], failures: dict[tuple[int, str, str], dict],
+          progress: Progress) -> None:
+    """A boot's outcome, wherever it ran: its sample.json, or its failed.json (a failed cell has no sample, so a rerun
+    boots it again). A cell booted a second time (its round moved whole to another host) replaces what it had."""
+    if "sample" in outcome:
+        rec = outcome["sample"]
+        (b.bootdir / "failed.json").unlink(missing_ok=True)
+        atomic.write_json(b.bootdir / "sample.json", rec)
+        samples[b.cell] = rec
+        failures.pop(b.cell, None)
+        progress.done(b, None)
+        return
+    fail = {**b.step, "cell_key": b.key, "error": outcome["error"], "hint": outcome["hint"], "exit_code": outcome["exit_code"],
+            "host": outcome.get("host"), "console_log": str(b.bootdir / "console.log"), "boot_dir": str(b.bootdir),
+            "failed_at": time.time()}
+    atomic.write_json(b.bootdir / "failed.json", fail)
+    if samples.pop(b.cell, None) is not None:
+        # Another host's sample of a round that has moved: kept aside, so that a rerun does not count it.
+        with contextlib.suppress(FileNotFoundError):
+            (b.bootdir / "sample.json").replace(b.bootdir / "sample.superseded.json")
+    failures[b.cell] = fail
+    progress.done(b, outcome["error"])
+
+
 def bench(
     kernels: list[Kernel],
     wls: list[contract.Workload],
@@ -159,9 +319,12 @@ def bench(
     guest: vm.Guest,
     cells: list[tuple[str, str]] | None = None,
     sim: Any = None,
+    cluster: str | None = None,
 ) -> dict:
     """Measure `cells` (default: every kernel on every workload); kernels[0] is the baseline and must be
-    measured on every workload. `sim`: a kpgo.sim.SimConfig to count simulated CPU events, a SimChoice (auto: simulated under TCG only), or None."""
+    measured on every workload. `sim`: a kpgo.sim.SimConfig to count simulated CPU events, a SimChoice (auto:
+    simulated under TCG only), or None. `cluster`: a Ray address (or auto, local) to boot on as Ray tasks, each
+    round on one node (docs/SCALE.md); None: every boot in this process, and Ray is never imported."""
     if not kernels or not wls:
         raise UserError("bench needs a kernel and a workload", "pass --kernel LABEL=BUILD_DIR (two or more to compare them)")
     if len({k.label for k in kernels}) != len(kernels):
@@ -184,84 +347,49 @@ def bench(
         builds[k.label] = m
         workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
     by_name = {w.name: w for w in wls}
-    sim_mode = "on" if sim is not None else "off"
-    if isinstance(sim, SimChoice):
-        sim_mode = sim.mode
-        sim = sim.resolve(vm.accelerator(kbuild.image(kernels[0].build_dir)) if sim.mode == "auto" else "tcg")
-    # A plugin sees only TCG-translated code: simulated boots run under TCG even where KVM works.
-    accel = "tcg" if sim is not None else vm.accelerator(kbuild.image(kernels[0].build_dir))
-    atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
-    out.mkdir(parents=True, exist_ok=True)
-    seed = _seed(out, design)
-    seq = plan(cells, design.boots, design.order, seed)
-    todo = []
-    samples: list[dict] = []
-    for step in seq:
-        bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
-        key = _cell_key(builds[step["kernel"]], by_name[step["workload"]], design.runs, sim)
-        try:
-            rec = json.loads((bootdir / "sample.json").read_text())
-            if rec.get("cell_key") == key:
-                samples.append(rec)
-                continue
-        except (OSError, ValueError):
-            pass
-        todo.append((step, bootdir, key))
-    if samples:
-        say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
-    t0 = time.monotonic()
-    dirs = {k.label: k.build_dir for k in kernels}
-    failures: list[dict] = []
-    for n, (step, bootdir, key) in enumerate(todo, 1):
-        k, w = step["kernel"], step["workload"]
-        elapsed = time.monotonic() - t0
-        eta = f", ~{fmt_secs(elapsed / (n - 1) * (len(todo) - n + 1))} left" if n > 1 else ""
-        say(f"bench: boot {n}/{len(todo)}: {k} on {w} (round {step['round'] + 1}/{design.boots}){eta}")
-        job = contract.Job(mode="bench", workload=by_name[w], runs=design.runs)
-        extra = {"sim": sim} if sim is not None else {}
-        try:
-            result = vm.run_agent(kbuild.image(dirs[k]), bootdir / "guest", job, guest=guest, log=bootdir / "console.log", accel=accel, **extra)
-            runs = result.runs
-            values = [r.value for r in runs]
-            ops = [r.ops for r in runs]
-            rec = {
-                **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
-                "parts": [r.parts for r in runs], "secondary": [r.secondary for r in runs],
-                "kernel_share": [r.kernel_share for r in runs], "ops": ops,
-                "ops_method": [r.ops_method for r in runs], "ops_estimate": [r.ops_estimate for r in runs],
-                "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line) if sim is not None else None,
-                "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
-                "mitigations": result.mitigations,
-            }
-        except KpgoError as e:
-            # One failing cell does not stop the others; it has no sample, so a rerun boots it again.
-            say(f"bench: boot {n}/{len(todo)}: {k} on {w} FAILED: {e.message}")
-            fail = {**step, "cell_key": key, "error": e.message, "hint": e.hint, "exit_code": e.exit_code,
-                    "console_log": str(bootdir / "console.log"), "boot_dir": str(bootdir), "failed_at": time.time()}
-            atomic.write_json(bootdir / "failed.json", fail)
-            failures.append(fail)
-            continue
-        (bootdir / "failed.json").unlink(missing_ok=True)
-        atomic.write_json(bootdir / "sample.json", rec)
-        samples.append(rec)
-    results = summarize(kernels, wls, cells, samples, base)
-    results["failed"] = failures
+    choice = sim if isinstance(sim, SimChoice) else SimChoice("on" if sim is not None else "off", sim)
+    with _runner(cluster) as runner:
+        accel, sim = runner.prepare({k.label: (k.build_dir, str(builds[k.label]["key"])) for k in kernels}, wls, choice)
+        atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
+        out.mkdir(parents=True, exist_ok=True)
+        seed = _seed(out, design)
+        seq = plan(cells, design.boots, design.order, seed)
+        boots = []
+        for step in seq:
+            bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
+            key = _cell_key(builds[step["kernel"]], by_name[step["workload"]], design.runs, sim)
+            try:
+                rec = json.loads((bootdir / "sample.json").read_text())
+            except (OSError, ValueError):
+                rec = None
+            boots.append(Boot(step, bootdir, key, rec if isinstance(rec, dict) and rec.get("cell_key") == key else None))
+        samples = {b.cell: b.kept for b in boots if b.kept is not None}
+        if samples:
+            say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
+        failures: dict[tuple[int, str, str], dict] = {}
+        progress = Progress(sum(b.kept is None for b in boots), design.boots)
+        for b, outcome in runner.run(boots, BootSpec(by_name, design.runs, guest, accel, sim), progress):
+            _keep(b, outcome, samples, failures, progress)
+        got = [samples[b.cell] for b in boots if b.cell in samples]  # in the plan's order
+        machines, placed = runner.facts(got)
+    results = summarize(kernels, wls, cells, got, base)
+    results["failed"] = list(failures.values())
     results |= {
         "schema": 2,
         "design": {
             "order": "randomized blocks (a fresh random order of all cells per round)" if design.order == "random" else "alternating A B … / … B A per round",
             "order_name": design.order, "seed": seed, "boots_per_kernel": design.boots, "runs_per_boot": design.runs,
-            "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq,
+            "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq, **placed,
         },
-        "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": sim_mode,
+        "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": choice.mode,
                         "headline": "simulated" if sim is not None else "wall-clock",
-                        "placement": {w: next((s["placement"] for s in samples if s["workload"] == w and s.get("placement")), None) for w in names},
-                        "ops_methods": {w: sorted({m for s in samples if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
+                        "placement": {w: next((s["placement"] for s in got if s["workload"] == w and s.get("placement")), None) for w in names},
+                        "ops_methods": {w: sorted({m for s in got if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": builds[k.label]["variant"],
                               "kernel_release": builds[k.label]["kernel_release"],
-                              "mitigations": next((s["mitigations"] for s in samples if s["kernel"] == k.label and s.get("mitigations")), None)}
+                              "mitigations": next((s["mitigations"] for s in got if s["kernel"] == k.label and s.get("mitigations")), None)}
                     for k in kernels},
-        "host": host_facts(accel),
+        **machines,
         "note": (TCG_NOTE if accel == "tcg" else "Guests ran under KVM.") + (" " + SIM_NOTE if sim is not None else ""),
     }
     atomic.write_json(out / "results.json", results)
@@ -437,6 +565,16 @@ def _speedup_cols(row: dict, key: str, is_base: bool) -> str:
     return f"{present.ratio(row[key]):>7} {present.ci(row['ci_low'], row['ci_high']):>18}{present.mark(row, pad=True)}"
 
 
+def hosts_line(results: dict) -> str:
+    """On a cluster: how many hosts measured, and which rounds each (a round is a block on one host)."""
+    hosts = results.get("hosts") or {}
+    moved = len((results["design"].get("hosts") or {}).get("moved") or [])
+    each = "; ".join(f"{h.get('hostname', '?')} [{node[:8]}] ({h.get('cpu_model', '?')}): round(s) {', '.join(str(r + 1) for r in h['rounds'])}"
+                     for node, h in hosts.items())
+    return (f"on {len(hosts)} host(s) of a Ray cluster, each round whole on one host (a block: every kernel compared within a host)"
+            f"{f', {moved} round(s) moved' if moved else ''}: {each}")
+
+
 def format_table(results: dict) -> str:
     """The terminal tables. With simulated counters they lead (the headline metric where guests run
     under TCG) and wall-clock follows, labelled indicative under TCG."""
@@ -448,6 +586,8 @@ def format_table(results: dict) -> str:
         f"{d['boots_per_kernel']} boots per kernel and workload × {d['runs_per_boot']} run(s) after a warm-up; "
         f"order: {d['order']} (seed {d['seed']}); baseline {base}; 95% CI by bootstrap over boots",
     ]
+    if results.get("hosts"):
+        lines.append(hosts_line(results))
     methods = results.get("measurement", {}).get("ops_methods") or {}
     for n, w in results["workloads"].items():
         if w.get("sim"):

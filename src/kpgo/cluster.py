@@ -5,6 +5,10 @@ API
     connect(address, num_cpus=None)    connect the driver; one-line UserError when Ray is missing or unreachable
     tree_merge(dirs, dst, ..., fan_in, address) -> dict
                                        `kpgo profile merge --cluster`: merge_profiles as a tree of Ray tasks
+    bench_runner(address)              context: a kpgo.bench.Runner booting each bench boot as a Ray task
+    Schedule(boots, nodes)             which node boots what: each round whole on one node (no Ray: testable alone)
+    choose_nodes(checks, choice, address)
+                                       the accelerator, the simulator and the nodes a bench boots on
 
 ADDRESS is a Ray address (host:port of the head's GCS, as `ray start --head` prints it, or ray://host:port for Ray
 Client), `auto` (the cluster `ray start` left on this machine, or RAY_ADDRESS), or `local` (a Ray started here for
@@ -15,14 +19,26 @@ state of the accumulators, not rounded counters), each node above folds at most 
 until one remains; the driver then writes the output exactly as the serial merge does (same steps, same bytes).
 Partials travel through Ray's object store and are freed once the level above has read them. Inputs are read by
 the tasks at the paths the driver sees (absolute): every node must see them at the same path (a shared directory;
-on a local cluster, this machine's)."""
+on a local cluster, this machine's).
+
+A bench boots on the nodes that offer the custom resource GUEST (1 per node: `ray start --resources='{"kpgo_guest":
+1}'`; `local` starts Ray with it), one guest per node at a time, each round of the plan whole on one node (the host is
+a block of the randomized design), and only on nodes that have what a boot needs (a check task on each node first).
+Kernel images travel once per kernel through the object store into a node-local cache; each boot's sample and
+outputs come back as its task's value, and the driver writes them (docs/SCALE.md)."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import logging
 import os
+import platform
+import re
+import shutil
 import socket
+import tarfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,12 +46,18 @@ from types import ModuleType
 from typing import Any
 
 from kpgo.errors import InfraError, KpgoError, UserError
+from kpgo.paths import cache_dir
+from kpgo.progress import say
 
 LOCAL = "local"
 AUTO = "auto"
 PROBE_SECONDS = 5.0  # a head that does not accept a TCP connection in this time is not there
 INSTALL_HINT = "install it with pip install 'kpgo[cluster]' or make setup"
 ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:6379), auto, or local"
+GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
+RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
+BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
+KERNEL_FILES = ("arch/x86/boot/bzImage", ".config")  # what vng boots a build with (no modules: the configs have none)
 
 
 def _import_ray() -> ModuleType:
@@ -101,7 +123,7 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
     if address == LOCAL:
         cpus = num_cpus or len(os.sched_getaffinity(0))
         try:
-            ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
+            ray.init(num_cpus=cpus, resources={GUEST: 1}, include_dashboard=False, **quiet)
         except Exception as e:  # Ray raises many kinds; none is the user's to fix
             raise InfraError(f"could not start a local Ray cluster: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                              "see Ray's logs under /tmp/ray/session_latest/logs") from None
@@ -213,7 +235,7 @@ def _combine_task(plan: Any, refs: list[Any], files: bool) -> tuple[Any, list[di
     return out, [*stats, _stat("combine-files" if files else "combine", len(refs), start)]
 
 
-def _get(ray: ModuleType, refs: Any) -> Any:
+def _get(ray: ModuleType, refs: Any, what: str = "merge") -> Any:
     """ray.get with a task's kpgo error re-raised as itself (one line), and any other failure as an InfraError."""
     try:
         return ray.get(refs)
@@ -221,9 +243,9 @@ def _get(ray: ModuleType, refs: Any) -> Any:
         cause = getattr(e, "cause", None)
         if isinstance(cause, KpgoError):
             raise cause from None
-        raise InfraError(f"a merge task failed: {cause!r}" if cause else f"a merge task failed: {type(e).__name__}") from None
+        raise InfraError(f"a {what} task failed: {cause!r}" if cause else f"a {what} task failed: {type(e).__name__}") from None
     except ray.exceptions.RayError as e:
-        raise InfraError(f"the Ray cluster failed during the merge: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        raise InfraError(f"the Ray cluster failed during the {what}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
 
 def _chunks(n: int, k: int) -> list[tuple[int, int]]:
@@ -289,3 +311,342 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
                       "connect_seconds": round(connected - started, 3), "seconds": round(time.monotonic() - started, 3),
                       "tasks": stats}
     return res
+
+
+# -- bench --------------------------------------------------------------------------------------------------------
+
+
+def _node_of(sample: dict[str, Any]) -> str | None:
+    """The Ray node that made a sample (None: made without --cluster, or before samples named their host)."""
+    return (sample.get("host") or {}).get("node_id")
+
+
+class Schedule:
+    """Which node boots what next. Each round of the plan is a block on one node, and a node boots one guest at a
+    time: its rounds in round order, each in the plan's order. Rounds go round-robin to the nodes (each to the node
+    with the fewest, ties in node order); a round an earlier bench left half done on a node that is here stays
+    there. A round would otherwise span two hosts, so it moves whole: its finished boots are booted again on its
+    new node and replace the old samples (a rerun whose half-done round's node is gone; a node lost mid-round).
+
+    boots: kpgo.bench.Boot of the whole plan (kept samples included); nodes: Ray node ids, in order."""
+
+    def __init__(self, boots: Sequence[Any], nodes: Sequence[str]) -> None:
+        self.nodes = list(nodes)
+        self.rounds: dict[int, list[Any]] = {}
+        for b in boots:
+            self.rounds.setdefault(b.step["round"], []).append(b)
+        self.owner: dict[int, str | None] = {}  # round -> the node its samples come from
+        self.moves: list[dict[str, Any]] = []
+        self.todo: dict[int, list[Any]] = {}
+        self.queue: dict[str, list[int]] = {n: [] for n in self.nodes}
+        self.started: set[int] = set()
+        for r, bs in sorted(self.rounds.items()):
+            made = {_node_of(b.kept) for b in bs if b.kept is not None}
+            left = [b for b in bs if b.kept is None]
+            if not left:  # finished: a block on the host that made it, here or not
+                self.owner[r] = made.pop() if len(made) == 1 else None
+                continue
+            home = next(iter(made)) if len(made) == 1 else None
+            if home is not None and home in self.queue:
+                self.todo[r] = left
+                self._give(r, home)
+                continue
+            self.todo[r] = list(bs) if made else left
+            if made:
+                self.moves.append({"round": r, "from": sorted(made, key=str), "booted_again": len(bs) - len(left),
+                                   "why": "an earlier bench left it half done on a node that is not here"})
+        for r in sorted(r for r in self.todo if r not in self.owner):
+            self._give(r, self._least_loaded())
+            for m in self.moves:
+                if m["round"] == r:
+                    m["to"] = self.owner[r]
+
+    def _least_loaded(self) -> str:
+        if not self.nodes:
+            raise InfraError("every node of the Ray cluster that boots guests was lost",
+                             "the finished boots are kept: run the same command again when nodes are back")
+        return min(self.nodes, key=lambda n: (len(self.queue[n]), self.nodes.index(n)))
+
+    def _give(self, r: int, node: str) -> None:
+        """Round r to node's queue: after the round it is in the middle of, the others in round order."""
+        q = self.queue[node]
+        busy = q[:1] if q and q[0] in self.started else []
+        self.queue[node] = busy + sorted(q[len(busy):] + [r])
+        self.owner[r] = node
+
+    def next(self, node: str) -> Any | None:
+        """The boot this node does next (it stays to do until done()), or None when it has none."""
+        q = self.queue.get(node, [])
+        while q and not self.todo[q[0]]:
+            q.pop(0)
+        if not q:
+            return None
+        self.started.add(q[0])
+        return self.todo[q[0]][0]
+
+    def done(self, b: Any) -> None:
+        """b has an outcome (a sample or a failure): it is not booted again."""
+        left = self.todo[b.step["round"]]
+        left[:] = [x for x in left if x is not b]
+
+    def remaining(self) -> int:
+        return sum(len(t) for t in self.todo.values())
+
+    def lost(self, node: str) -> list[dict[str, Any]]:
+        """node is gone: its unfinished rounds move whole to the others (the round it was in the middle of is booted
+        again from its first cell). Returns the moves; an InfraError when no node is left."""
+        self.nodes.remove(node)
+        moved = []
+        for r in self.queue.pop(node):
+            if not self.todo[r]:
+                continue
+            again = len(self.rounds[r]) - len(self.todo[r])
+            if r in self.started or again:
+                self.todo[r] = list(self.rounds[r])
+            self._give(r, self._least_loaded())
+            moved.append({"round": r, "from": [node], "to": self.owner[r], "booted_again": again,
+                          "why": "its node was lost" + (" during a boot" if r in self.started else "")})
+        self.moves += moved
+        return moved
+
+
+def choose_nodes(checks: list[dict[str, Any]], choice: Any, address: str) -> tuple[str, Any, list[dict[str, Any]]]:
+    """From each guest node's check (_check_task): the accelerator, the SimConfig (or None) and the nodes that boot.
+    KVM is used when some node has it, and then only those nodes boot (as the accelerator probe decides on one
+    machine); simulated boots run under TCG on nodes with kpgo's QEMU plugin. A UserError naming each node's
+    problem when none can boot. choice: a kpgo.bench.SimChoice."""
+    able = [c for c in checks if not c["problems"]]
+    kvm = [c for c in able if c["kvm"]]
+    accel = "kvm" if choice.mode != "on" and kvm else "tcg"
+    sim = choice.resolve(accel)
+    if sim is not None:
+        accel = "tcg"  # a plugin sees only TCG-translated code
+        chosen = [c for c in able if not c["sim_problem"]]
+    else:
+        chosen = kvm if accel == "kvm" else able
+    if not chosen:
+        why = "; ".join(f"{c['hostname']} [{c['node_id'][:8]}]: {', '.join(c['problems']) or c['sim_problem']}" for c in checks)
+        raise UserError(f"no node of the Ray cluster at {address} can boot these guests ({why})".replace("\n", " "),
+                        "set the nodes up as this machine (make setup; kpgo workloads install NAME) — docs/SCALE.md")
+    return accel, sim, chosen
+
+
+def _kernel_here(key: str, box: list[Any]) -> Path:
+    """This node's copy of a kernel build (KERNEL_FILES, in a build's layout, so vng boots it as it boots the build):
+    fetched from the object store and written once per node, keyed by the build's key. box holds the object ref (in a
+    list, so Ray passes the ref and does not fetch the kernel for a node that has it)."""
+    from kpgo import atomic
+    from kpgo.kernel import kbuild
+
+    d = cache_dir() / "cluster" / "kernels" / key
+    if not kbuild.image(d).is_file():
+        import ray
+
+        files = ray.get(box[0])
+        with atomic.output_dir(d, replace=True) as tmp:
+            for rel, data in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)
+    return kbuild.image(d)
+
+
+def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: bool) -> dict[str, Any]:
+    """What this node can boot: QEMU and virtme-ng, the workloads' packages and helpers, KVM (probe: a kernel to boot
+    the probe with, when the accelerator matters) and kpgo's QEMU plugin (want_sim); and its facts."""
+    import ray
+
+    from kpgo import host, proc, vm
+    from kpgo import sim as simulator
+    from kpgo.kernel import kbuild
+    from kpgo.workloads import install
+
+    facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity(), "host_kernel": platform.release()}
+    problems = [f"{tool} ({proc.PACKAGES[tool]}) is not installed" for tool in ("qemu-system-x86_64", "vng") if proc.which(tool) is None]
+    try:
+        install.require(wls)
+    except KpgoError as e:
+        problems.append(e.message)
+    kvm = sim_problem = None
+    if not problems:
+        if probe is not None:
+            kvm = vm.accelerator(_kernel_here(*probe)) == "kvm"
+        if want_sim:
+            try:
+                simulator.setup()
+            except KpgoError as e:
+                sim_problem = f"kpgo's QEMU plugin: {e.message}"
+    try:
+        gcc = kbuild.gcc_version()
+    except KpgoError:
+        gcc = "unknown"
+    return {**facts, "gcc": gcc, "kvm": kvm, "problems": problems, "sim_problem": sim_problem}
+
+
+def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, name: str, how: Any) -> tuple[dict[str, Any], bytes]:
+    """One bench boot on this node (kpgo.bench.measure) in a node-local directory; returns its outcome, naming this
+    node, and its outputs as a tar for the driver to write. Writes nothing the driver reads: a retried task cannot
+    count a boot twice."""
+    import ray
+
+    from kpgo import bench
+
+    node = ray.get_runtime_context().get_node_id()
+    image = _kernel_here(*kernel)
+    work = cache_dir() / "cluster" / "boots" / node[:12] / name  # the node id: nodes may share a cache (NFS, tests)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        outcome = bench.measure(image, work, step, key, how)
+        where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
+        where["node_id"] = node
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(work, arcname=".")
+        return outcome, buf.getvalue()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _safe_key(key: str) -> str:
+    """A build key as a directory name (kpgo's keys are hex already)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key) else hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class BenchOnCluster:
+    """kpgo.bench.Runner on a Ray cluster: each boot a Ray task on the node its round was given (node affinity),
+    holding the node's GUEST resource and all its CPUs, so nothing else Ray schedules shares the node with a
+    measurement."""
+
+    def __init__(self, ray: ModuleType, address: str) -> None:
+        self.ray, self.address = ray, address
+        self.checks: dict[str, dict[str, Any]] = {}  # node id -> its check, for the nodes that boot
+        self.cpus: dict[str, float] = {}
+        self.kernels: dict[str, tuple[str, list[Any]]] = {}  # label -> (node cache key, [object ref])
+        self.accel = ""
+        self.schedule: Schedule | None = None
+
+    def _on(self, node: str) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return {"num_cpus": self.cpus[node], "resources": {GUEST: 1},
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+    def _name(self, node: str) -> str:
+        c = self.checks.get(node)
+        return f"{c['hostname'] if c else '?'} [{node[:8]}]"
+
+    def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any) -> tuple[str, Any]:
+        ray = self.ray
+        nodes = sorted((n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(GUEST, 0) >= 1),
+                       key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
+        if not nodes:
+            raise UserError(f"no node of the Ray cluster at {self.address} offers the {GUEST} resource a bench boot needs", RESOURCE_HINT)
+        self.cpus = {n["NodeID"]: float((n.get("Resources") or {}).get("CPU", 0)) for n in nodes}
+        for label, (d, key) in builds.items():
+            paths = {rel: d / rel for rel in KERNEL_FILES}
+            if not paths[KERNEL_FILES[0]].is_file():
+                raise UserError(f"kernel image {paths[KERNEL_FILES[0]]} not found", "build it first with `kpgo build`")
+            self.kernels[label] = (_safe_key(key), [ray.put({rel: p.read_bytes() for rel, p in paths.items() if p.is_file()})])
+        probe = None if choice.mode == "on" else next(iter(self.kernels.values()))
+        check = ray.remote(_check_task)
+        checks = _get(ray, [check.options(**self._on(n["NodeID"])).remote(wls, probe, choice.mode != "off") for n in nodes], "node check")
+        self.accel, sim, chosen = choose_nodes(checks, choice, self.address)
+        self.checks = {c["node_id"]: c for c in chosen}
+        say(f"bench: {len(chosen)} of {len(nodes)} guest node(s) of the Ray cluster boot ({self.accel}): "
+            + ", ".join(self._name(n) for n in self.checks))
+        return self.accel, sim
+
+    def _lost(self, node: str, e: Exception) -> bool:
+        exc = self.ray.exceptions
+        if isinstance(e, tuple(getattr(exc, n) for n in ("TaskUnschedulableError", "NodeDiedError") if hasattr(exc, n))):
+            return True
+        return not any(n["NodeID"] == node and n.get("Alive") for n in self.ray.nodes())
+
+    def run(self, boots: list[Any], how: Any, progress: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
+        ray = self.ray
+        sched = self.schedule = Schedule(boots, list(self.checks))
+        for m in sched.moves:
+            say(f"bench: round {m['round'] + 1} moves whole to {self._name(m['to'])}: {m['why']} "
+                f"({m['booted_again']} finished boot(s) booted again there)")
+        progress.total = sched.remaining()
+        how_ref = ray.put(how)
+        task = ray.remote(_boot_task)
+        inflight: dict[Any, tuple[str, Any]] = {}
+
+        def submit(node: str) -> None:
+            b = sched.next(node)
+            if b is None:
+                return
+            progress.start(b, f" on {self._name(node)}")
+            ref = task.options(max_retries=BOOT_RETRIES, **self._on(node)).remote(
+                self.kernels[b.step["kernel"]], b.step, b.key, b.bootdir.name, how_ref)
+            inflight[ref] = (node, b)
+
+        for n in list(sched.nodes):
+            submit(n)
+        while inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            node, b = inflight.pop(ready[0])
+            try:
+                outcome, files = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:  # not the boot's failure (measure returns those): the task's
+                cause = getattr(e, "cause", None)
+                outcome, files = {"error": f"the boot's task failed on {self._name(node)}: {cause!r}", "hint": "see the Ray worker's log there",
+                                  "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None
+            except ray.exceptions.RayError as e:
+                if self._lost(node, e):
+                    for m in sched.lost(node):
+                        say(f"bench: {self._name(node)} was lost: round {m['round'] + 1} moves whole to {self._name(m['to'])} "
+                            f"({m['booted_again']} finished boot(s) booted again there)")
+                    progress.total = progress.started + sched.remaining() - len(inflight)
+                    busy = {n for n, _ in inflight.values()}
+                    for n in sched.nodes:
+                        if n not in busy:
+                            submit(n)
+                    continue
+                outcome, files = {"error": f"Ray lost the boot's task on {self._name(node)}: {type(e).__name__}: {str(e).splitlines()[0]}",
+                                  "hint": "run the same command again to retry it", "exit_code": InfraError.exit_code,
+                                  "host": {"node_id": node}}, None
+            if files:
+                b.bootdir.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(fileobj=io.BytesIO(files), mode="r:gz") as tar:
+                    tar.extractall(b.bootdir, filter="data")
+            sched.done(b)
+            yield b, outcome
+            submit(node)
+
+    def facts(self, samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """results.json's "host" (its usual keys over every host), "hosts" (each node that made samples: its facts,
+        rounds and boots) and the design's "hosts" (the block, each round's node, the moves)."""
+        hosts: dict[str, dict[str, Any]] = {}
+        for s in samples:
+            h = dict(s.get("host") or {})
+            node = str(h.pop("node_id", None) or h.get("hostname") or "unknown")
+            e = hosts.setdefault(node, {**h, "rounds": [], "boots": 0})
+            e["boots"] += 1
+            if s["round"] not in e["rounds"]:
+                e["rounds"].append(s["round"])
+        for node, e in hosts.items():
+            c = self.checks.get(node)
+            if c:
+                e.update(host_kernel=c["host_kernel"], gcc=c["gcc"], accelerator=self.accel)
+            e["rounds"].sort()
+        seen = list(hosts.values()) or list(self.checks.values())
+
+        def each(k: str) -> str:
+            return " | ".join(sorted({str(h.get(k)) for h in seen if h.get(k)})) or "unknown"
+
+        sched = self.schedule
+        host = {"cpu": each("cpu_model"), "accelerator": self.accel, "qemu": each("qemu"), "host_kernel": each("host_kernel"),
+                "gcc": each("gcc"), "cluster": self.address, "hosts": len(hosts)}
+        design = {"hosts": {"block": "round (each round whole on one host)", "assignment": "round-robin over the nodes",
+                            "nodes": list(self.checks), "rounds": {str(r): n for r, n in sorted((sched.owner if sched else {}).items())},
+                            "moved": sched.moves if sched else []}}
+        return {"host": host, "hosts": hosts}, design
+
+
+@contextlib.contextmanager
+def bench_runner(address: str) -> Iterator[BenchOnCluster]:
+    """`kpgo bench --cluster`: a kpgo.bench.Runner on the Ray cluster at address, connected for the block."""
+    with session(address) as ray:
+        yield BenchOnCluster(ray, address)

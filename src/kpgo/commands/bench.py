@@ -17,12 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mean, sd, cv and the speedup over the first kernel with a bootstrap 95% CI over boots, and each kernel's "
         "geometric-mean speedup across workloads. With --sim, a QEMU plugin also counts guest instructions and "
         "simulated L1i/iTLB misses, kernel and user, per operation. Everything goes to OUT/results.json; finished "
-        "boots in OUT are reused.",
+        "boots in OUT are reused. With --cluster, each boot is a Ray task on a node offering the kpgo_guest resource, "
+        "one guest per node at a time, each round whole on one node (docs/SCALE.md).",
     )
     p.add_argument("--kernel", action="append", required=True, metavar="LABEL=BUILD_DIR",
                    help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
     p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench); finished boots in it are reused")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="boot on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each boot a "
+                   "task on a node with the kpgo_guest resource and what the boot needs, each round on one node (docs/SCALE.md)")
     add_design_options(p)
     add_workload_options(p)
     add_guest_options(p)
@@ -32,13 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from kpgo import atomic, bench
+    from kpgo import atomic, bench, workloads
 
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
     design, guest, sim = design_from(args), guest_from(args), sim_from(args)
     atomic.check_resumable(args.out, "bench directory", bench.BENCH_MARKS, "-o")
-    specs = chosen_workloads(args)  # last: it may compile a workload's helper
-    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim)
+    if args.cluster:  # the nodes that boot need the packages and helpers, not this one: each node is checked first
+        specs = workloads.load_many(args.workload, args.set, args.client)
+    else:
+        specs = chosen_workloads(args)  # last: it may compile a workload's helper
+    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=args.cluster)
     print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.out)
     return 0

@@ -124,6 +124,7 @@ def header(ctx: Context) -> Section | Skipped:
             ("unit of replication", des.get("unit_of_replication")), ("boots in total", len(seq) or None),
             ("clock", (res.get("measurement") or {}).get("clock")),
             ("simulated counters", measure.sim_model(res) if sim else "none"),
+            *([("hosts", bench.hosts_line(res).removeprefix("on "))] if res.get("hosts") else []),
         ]))
         kernels = res.get("kernels") or {}
         blocks.append(Table("Kernels compared", ["label", "variant", "release", "build directory"],

@@ -1,0 +1,293 @@
+"""`kpgo bench --cluster` without guests: the schedule (rounds round-robin over the nodes, each whole on one node, a
+lost node's rounds moved whole), the choice of nodes and its one-line errors, and a bench on a Ray cluster of two
+nodes on this machine whose workers boot fake guests (tests/fake_boot.py): the single-machine bench's design, hosts
+recorded, kernels written once per node, a rerun that boots nothing, a node removed during a boot. Also: the
+single-machine bench never imports Ray. The same with real guests: test_cluster_bench_vm.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fake_boot
+from conftest import CliResult, assert_one_line_error, workload
+from kpgo import bench, vm
+from kpgo.cluster import GUEST, Schedule, choose_nodes
+from kpgo.errors import InfraError, UserError
+
+TESTS = Path(__file__).resolve().parent
+
+
+def fake_build(d: Path, key: str, size: int) -> Path:
+    """A directory that passes for a kpgo build: build.json, .config and a bzImage of `size` bytes (the fake boot's
+    figure)."""
+    (d / "arch" / "x86" / "boot").mkdir(parents=True)
+    (d / "arch" / "x86" / "boot" / "bzImage").write_bytes(bytes(size))
+    (d / ".config").write_text("CONFIG_MODULES=n\nCONFIG_SYSVIPC=y\n")
+    (d / "build.json").write_text(json.dumps({"ok": True, "key": key, "variant": "vanilla", "kernel_release": "6.12.0-fake"}))
+    return d
+
+
+@pytest.fixture
+def two_kernels(tmp_path: Path) -> list[bench.Kernel]:
+    return [bench.Kernel("vanilla", fake_build(tmp_path / "k1", "aaaa1111", 4096)),
+            bench.Kernel("optimized", fake_build(tmp_path / "k2", "bbbb2222", 8192))]
+
+
+def run(*args: str | Path, code: str, env: dict[str, str] | None = None) -> CliResult:
+    """kpgo's command line in a child Python that runs `code` first."""
+    start = time.monotonic()
+    cp = subprocess.run([sys.executable, "-c", code + "\nfrom kpgo.cli import main; sys.exit(main(sys.argv[1:]))", *map(str, args)],
+                        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return CliResult(cp.returncode, cp.stdout, cp.stderr, time.monotonic() - start)
+
+
+# -- the schedule -------------------------------------------------------------------------------------------------
+
+
+def boots_of(rounds: int, kept: dict[tuple[int, str], str | None] | None = None) -> list[bench.Boot]:
+    """A plan of two kernels on one workload; kept: (round, kernel) -> the node that made an earlier bench's sample."""
+    seq = bench.plan([("a", "w"), ("b", "w")], rounds, "random", 7)
+    kept = kept or {}
+    return [bench.Boot(s, Path(f"/b/{s['round']}-{s['kernel']}"), "key",
+                       {"host": {"node_id": kept[(s["round"], s["kernel"])]}} if (s["round"], s["kernel"]) in kept else None)
+            for s in seq]
+
+
+def drain(s: Schedule, node: str) -> list[bench.Boot]:
+    out = []
+    while (b := s.next(node)) is not None:
+        out.append(b)
+        s.done(b)
+    return out
+
+
+def test_rounds_go_round_robin_each_whole_on_one_node() -> None:
+    boots = boots_of(5)
+    s = Schedule(boots, ["A", "B"])
+    assert s.owner == {0: "A", 1: "B", 2: "A", 3: "B", 4: "A"} and not s.moves
+    a, b = drain(s, "A"), drain(s, "B")
+    # Each node boots its rounds in round order, each in the plan's order.
+    assert a == [x for x in boots if x.step["round"] in (0, 2, 4)]
+    assert b == [x for x in boots if x.step["round"] in (1, 3)]
+    assert s.remaining() == 0
+
+
+def test_a_rerun_keeps_a_round_on_its_node_or_moves_it_whole() -> None:
+    """Round 0 finished on a node that is gone: kept as it is. Round 1 half done on B: the rest stays on B. Round 2
+    half done on Z, which is gone: booted again whole elsewhere. Round 3: new."""
+    boots = boots_of(4, {(0, "a"): "X", (0, "b"): "X", (1, "a"): "B", (2, "b"): "Z"})
+    s = Schedule(boots, ["A", "B"])
+    assert s.owner == {0: "X", 1: "B", 2: "A", 3: "A"}
+    assert s.moves == [{"round": 2, "from": ["Z"], "to": "A", "booted_again": 1,
+                        "why": "an earlier bench left it half done on a node that is not here"}]
+    assert [x.cell for x in drain(s, "B")] == [(1, "b", "w")]
+    assert [x.step["round"] for x in drain(s, "A")] == [2, 2, 3, 3]
+
+
+def test_a_lost_node_s_rounds_move_whole() -> None:
+    boots = boots_of(4)
+    s = Schedule(boots, ["A", "B"])
+    first = s.next("A")
+    assert first is not None
+    s.done(first)  # round 0's first boot finished on A ...
+    assert s.next("A") is not None  # ... and A is lost during its second
+    on_b = s.next("B")
+    assert on_b is not None and on_b.step["round"] == 1
+    moved = s.lost("A")
+    assert [(m["round"], m["from"], m["to"], m["booted_again"]) for m in moved] == [(0, ["A"], "B", 1), (2, ["A"], "B", 0)]
+    assert moved[0]["why"] == "its node was lost during a boot"
+    s.done(on_b)
+    # B finishes the round it is in the middle of, then boots round 0 again from its first cell, then round 2.
+    assert [x.step["round"] for x in drain(s, "B")] == [1, 0, 0, 2, 2, 3, 3]
+    assert set(s.owner.values()) == {"B"}
+
+
+def test_no_node_left_is_an_error() -> None:
+    s = Schedule(boots_of(2), ["A", "B"])
+    s.lost("A")
+    with pytest.raises(InfraError, match="every node of the Ray cluster that boots guests was lost"):
+        s.lost("B")
+
+
+# -- choosing the nodes -------------------------------------------------------------------------------------------
+
+
+def check(name: str, problems: tuple[str, ...] = (), kvm: bool = False, sim_problem: str | None = None) -> dict[str, Any]:
+    return {"node_id": name * 8, "hostname": f"host-{name}", "problems": list(problems), "kvm": kvm, "sim_problem": sim_problem}
+
+
+def test_choose_nodes() -> None:
+    checks = [check("a", kvm=True), check("b"), check("c", ("workload packages not installed: redis needs redis-server",))]
+
+    def chose(cs: list[dict[str, Any]], mode: str) -> tuple[str, bool, list[str]]:
+        accel, sim, chosen = choose_nodes(cs, bench.SimChoice(mode), "head:6379")
+        return accel, sim is not None, [c["hostname"] for c in chosen]
+
+    # KVM where some node has it, and then only those nodes; without KVM anywhere, TCG with simulated counters.
+    assert chose(checks, "auto") == ("kvm", False, ["host-a"])
+    assert chose(checks, "off") == ("kvm", False, ["host-a"])
+    assert chose(checks[1:], "auto") == ("tcg", True, ["host-b"])
+    # Simulated boots: TCG on every node with the plugin.
+    assert chose([check("a", kvm=True, sim_problem="kpgo's QEMU plugin: no header"), *checks[1:]], "on") == ("tcg", True, ["host-b"])
+
+
+def test_no_node_can_boot_is_one_line() -> None:
+    checks = [check("c", ("workload packages not installed: redis needs redis-server",)), check("d", sim_problem="kpgo's QEMU plugin: no\nheader")]
+    with pytest.raises(UserError) as e:
+        choose_nodes(checks, bench.SimChoice("on"), "head:6379")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("no node of the Ray cluster at head:6379 can boot these guests")
+    assert "host-c [cccccccc]: workload packages not installed: redis needs redis-server" in msg
+    assert "host-d [dddddddd]: kpgo's QEMU plugin: no header" in msg and "make setup" in msg
+
+
+# -- the command line ---------------------------------------------------------------------------------------------
+
+
+def test_single_machine_bench_does_not_import_ray(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
+    """`kpgo bench` without --cluster (fake boots): a complete bench, each sample naming its host, and Ray never
+    imported."""
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import fake_boot; fake_boot.install()"
+    check_ray = "\nimport atexit; atexit.register(lambda: print('RAY IMPORTED' if 'ray' in sys.modules else 'no ray'))"
+    res = run("bench", "--kernel", f"vanilla={two_kernels[0].build_dir}", "--kernel", f"optimized={two_kernels[1].build_dir}",
+              "--workload", "redis", "--boots", "2", "--no-sim", "-o", tmp_path / "b", code=code + check_ray, env={"KPGO_ACCEL": "tcg"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().endswith("no ray")
+    out = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert len(out["samples"]) == 4 and "hosts" not in out and "hosts" not in out["design"]
+    assert all(set(s["host"]) == {"hostname", "cpu_model", "qemu"} for s in out["samples"])
+
+
+def test_no_node_with_the_guest_resource_is_one_line(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
+    """A Ray cluster whose nodes lack kpgo_guest (this machine's, started without it): refused before any boot."""
+    code = "import sys, ray; ray.init(num_cpus=1, include_dashboard=False, logging_level='ERROR', log_to_driver=False)"
+    res = run("bench", "--kernel", f"vanilla={two_kernels[0].build_dir}", "--workload", "redis", "--cluster", "local",
+              "-o", tmp_path / "b", code=code)
+    assert_one_line_error(res, 1, f"no node of the Ray cluster at local offers the {GUEST} resource", "ray start",
+                          f"--resources='{{\"{GUEST}\": 1}}'")
+    assert not (tmp_path / "b").exists()
+
+
+def test_ray_missing_or_unreachable_is_one_line(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
+    args = ("bench", "--kernel", f"vanilla={two_kernels[0].build_dir}", "--workload", "redis", "-o", tmp_path / "b")
+    res = run(*args, "--cluster", "local", code="import sys; sys.modules['ray'] = None")
+    assert_one_line_error(res, 1, "--cluster needs Ray, which is not installed", "pip install 'kpgo[cluster]'")
+    res = run(*args, "--cluster", "127.0.0.1:1", code="import sys")
+    assert_one_line_error(res, 1, "cannot reach a Ray cluster at 127.0.0.1:1")
+    assert not (tmp_path / "b").exists()
+
+
+# -- a Ray cluster of two nodes with fake boots -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Path]]:
+    """A head and a worker node on this machine (1 CPU and the kpgo_guest resource each), this process their driver,
+    their workers booting fake guests of FAKE seconds. Yields the cluster, the worker node and the nodes' kpgo cache."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cache = tmp_path_factory.mktemp("node-cache")
+    with pytest.MonkeyPatch.context() as mp:  # what the nodes' processes inherit
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p))
+        mp.setenv("KPGO_CACHE", str(cache))
+        mp.setenv("KPGO_ACCEL", "tcg")
+        mp.setenv(fake_boot.SECONDS, "1.5")
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {GUEST: 1}, "include_dashboard": False})
+        try:
+            worker = cluster.add_node(num_cpus=1, resources={GUEST: 1})
+            ray.init(address=cluster.address, runtime_env={"worker_process_setup_hook": "fake_boot.install"},
+                     logging_level="WARNING", log_to_driver=False)
+            yield cluster, worker, cache
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+
+
+def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, Path], two_kernels: list[bench.Kernel], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, worker, cache = two_nodes
+    wls = [workload("fake")]
+    design = bench.Design(boots=4, seed=11)
+    res = bench.bench(two_kernels, wls, tmp_path / "c", design=design, guest=vm.Guest(), cluster=cluster.address)
+    monkeypatch.setattr(vm, "run_agent", fake_boot.fake_run_agent)
+    monkeypatch.setenv("KPGO_ACCEL", "tcg")
+    here = bench.bench(two_kernels, wls, tmp_path / "h", design=design, guest=vm.Guest())
+
+    # The design is the single-machine bench's, with where each round ran beside it.
+    placed = res["design"].pop("hosts")
+    assert res["design"] == here["design"]
+    assert [s["values"] for s in res["samples"]] == [s["values"] for s in here["samples"]]
+    assert res["workloads"] == here["workloads"] and not res["failed"]
+    # Rounds round-robin over the two nodes (in node order), each whole on one; every sample names its node.
+    nodes = placed["nodes"]
+    assert sorted(nodes) == sorted([cluster.head_node.node_id, worker.node_id])
+    assert placed["rounds"] == {str(r): nodes[r % 2] for r in range(4)} and placed["moved"] == []
+    for s in res["samples"]:
+        assert s["host"]["node_id"] == placed["rounds"][str(s["round"])]
+        assert s["host"]["hostname"] and s["host"]["cpu_model"] and s["host"]["qemu"].startswith("QEMU")
+    assert {n: (h["rounds"], h["boots"]) for n, h in res["hosts"].items()} == {nodes[0]: ([0, 2], 4), nodes[1]: ([1, 3], 4)}
+    assert res["host"]["hosts"] == 2 and res["host"]["cluster"] == cluster.address
+    assert "on 2 host(s) of a Ray cluster, each round whole on one host" in bench.format_table(res)
+    # The driver wrote each boot's sample and outputs; the nodes kept a copy of each kernel and no boot directory.
+    for s in res["samples"]:
+        d = tmp_path / "c" / "boots" / f"{s['round']:02d}-fake-{s['kernel']}"
+        assert json.loads((d / "sample.json").read_text()) == s
+        assert (d / "console.log").read_text().startswith("fake boot of ") and (d / "guest" / "load-0.txt").is_file()
+    for k in two_kernels:
+        key = json.loads((k.build_dir / "build.json").read_text())["key"]
+        copy = cache / "cluster" / "kernels" / key
+        assert (copy / "arch" / "x86" / "boot" / "bzImage").read_bytes() == (k.build_dir / "arch" / "x86" / "boot" / "bzImage").read_bytes()
+    assert not [p for p in (cache / "cluster" / "boots").glob("*/*")]
+    # A rerun boots nothing: every sample is kept as it was.
+    again = bench.bench(two_kernels, wls, tmp_path / "c", design=bench.Design(boots=4), guest=vm.Guest(), cluster=cluster.address)
+    assert again["samples"] == res["samples"]
+
+
+def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
+    """The worker node is killed during its second boot: its round moves whole to the head (the boot it finished is
+    booted again there and replaces its sample), so is its other round, and the bench completes with every cell
+    counted once. (Last in this module: the cluster has one node after it.)"""
+    cluster, worker, cache = two_nodes
+    work = cache / "cluster" / "boots" / worker.node_id[:12]
+    removed: list[str] = []
+
+    def kill_during_second_boot() -> None:
+        seen: set[str] = set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            seen |= {p.name for p in work.glob("*")}
+            if len(seen) == 2:
+                cluster.remove_node(worker, allow_graceful=False)
+                removed.extend(sorted(seen))
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_during_second_boot)
+    killer.start()
+    res = bench.bench(two_kernels, [workload("fake")], tmp_path / "c", design=bench.Design(boots=4, seed=5), guest=vm.Guest(),
+                      cluster=cluster.address)
+    killer.join()
+    assert removed, "the worker node was not seen booting twice"
+    head = cluster.head_node.node_id
+    cells = [(s["round"], s["kernel"]) for s in res["samples"]]
+    assert len(cells) == 8 and len(set(cells)) == 8 and not res["failed"]
+    assert {s["host"]["node_id"] for s in res["samples"]} == {head} and list(res["hosts"]) == [head]
+    placed = res["design"]["hosts"]
+    lost = [r for r, n in placed["rounds"].items() if n == head and int(r) % 2 == placed["nodes"].index(worker.node_id)]
+    assert sorted(lost) == sorted(str(m["round"]) for m in placed["moved"])
+    assert [(m["from"], m["to"], m["booted_again"]) for m in placed["moved"]] == [([worker.node_id], head, 1), ([worker.node_id], head, 0)]
+    for s in res["samples"]:  # what is on disk is what was counted
+        d = tmp_path / "c" / "boots" / f"{s['round']:02d}-fake-{s['kernel']}"
+        assert json.loads((d / "sample.json").read_text())["host"]["node_id"] == head
