@@ -428,9 +428,8 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
         for label in labels:
             o = [s["mean"] for s in by_cell[(label, n)]]
             pair = (b, o) if w.higher_is_better else (o, b)
-            r, lo, hi = stats.ratio_ci(*pair)
-            rows.append({"kernel": label, **stats.describe(o), "ratio": r, "speedup": r, "ci_low": lo, "ci_high": hi,
-                         "ci_includes_1": stats.includes_one(lo, hi)})
+            rec = stats.ratio_record(*pair)
+            rows.append({"kernel": label, **stats.describe(o), **rec, "speedup": rec["ratio"]})
             if label != base:
                 pairs.setdefault(label, []).append(pair)
                 geo_names.setdefault(label, []).append(n)
@@ -439,8 +438,7 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
                 for m in SIM_METRICS:
                     sb = [s["sim_per_op"][m] for s in by_cell[(base, n)]]
                     so = [s["sim_per_op"][m] for s in by_cell[(label, n)]]
-                    r, lo, hi = stats.ratio_ci(sb, so)
-                    simrows[label][m] = {**stats.describe(so), "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)}
+                    simrows[label][m] = {**stats.describe(so), **stats.ratio_record(sb, so)}
         out["workloads"][n] = {
             "params": w.params, "unit": w.unit, "higher_is_better": w.higher_is_better, "kernels": labels,
             "summary": rows, "sim": simrows or None,
@@ -462,8 +460,8 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
     out["sim_boot"] = boot_cost(samples, base, [k.label for k in kernels])
     out["geomean"] = {}
     for label, ps in pairs.items():
-        g, lo, hi = stats.geomean_ci(ps)
-        out["geomean"][label] = {"speedup": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": geo_names[label]}
+        rec = stats.geomean_record(ps)
+        out["geomean"][label] = {"speedup": rec.pop("ratio"), **rec, "workloads": geo_names[label]}
     return out
 
 
@@ -514,16 +512,14 @@ def boot_cost(samples: list[dict], base: str, labels: list[str]) -> dict[str, di
         out[label] = {}
         for c in BOOT_COUNTS:
             b, o = [float(w[c]) for w in per[base]], [float(w[c]) for w in wins]
-            r, lo, hi = stats.ratio_ci(b, o)
-            out[label][c] = {**stats.describe(o), "ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi)}
+            out[label][c] = {**stats.describe(o), **stats.ratio_record(b, o)}
     return out
 
 
 def _geomean_row(pairs: list[tuple[list[float], list[float]]], workloads: list[str]) -> dict[str, Any]:
     """A simulated metric's geometric-mean ratio over `workloads` (one (baseline, kernel) pair of per-boot values
     each) with its bootstrap CI, as sim_geomean and sim_own_geomean store it."""
-    g, lo, hi = stats.geomean_ci(pairs)
-    return {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": stats.includes_one(lo, hi), "workloads": workloads}
+    return {**stats.geomean_record(pairs), "workloads": workloads}
 
 
 SHARES = ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")

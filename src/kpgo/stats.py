@@ -6,6 +6,8 @@ each kernel's boots resampled on their own (the kernels were booted separately, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 RESAMPLES = 10000
@@ -49,6 +51,18 @@ def includes_one(lo: float, hi: float) -> bool:
     """True when the CI does not exclude 1.0 (also when there is no CI): stored with each ratio as ci_includes_1, it is
     what kpgo.report.present marks with '*'."""
     return not (lo > 1 or hi < 1)
+
+
+def ratio_record(base: list[float], other: list[float]) -> dict[str, Any]:
+    """The one record of a ratio kpgo stores (results.json, studies): mean(other)/mean(base), its CI and the flag."""
+    r, lo, hi = ratio_ci(base, other)
+    return {"ratio": r, "ci_low": lo, "ci_high": hi, "ci_includes_1": includes_one(lo, hi)}
+
+
+def geomean_record(pairs: list[tuple[list[float], list[float]]]) -> dict[str, Any]:
+    """The same record for a geometric mean of ratios over workloads (see geomean_ci)."""
+    g, lo, hi = geomean_ci(pairs)
+    return {"ratio": g, "ci_low": lo, "ci_high": hi, "ci_includes_1": includes_one(lo, hi)}
 
 
 def geomean_ci(pairs: list[tuple[list[float], list[float]]], *, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 1) -> tuple[float, float, float]:
