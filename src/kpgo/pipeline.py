@@ -53,6 +53,7 @@ class RunOptions:
     studies: tuple[str, ...] = ()
     partial_training: bool = False  # optimized builds with GCC's -fprofile-partial-training
     values: bool = False  # the instrumented kernel records value profiles too (kpgo.kernel.values)
+    hot_share: float | None = None  # optimized builds: only this share of the profiled work is hot (kbuild.hot_share_flags)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.studies) - set(STUDIES))
@@ -80,7 +81,9 @@ class RunOptions:
 
         def build(variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
             v = variants.get(variant) if isinstance(variant, str) else variant
-            kcflags = (kbuild.PARTIAL_TRAINING,) if self.partial_training and v.name == "optimized" else ()
+            kcflags: tuple[str, ...] = (kbuild.PARTIAL_TRAINING,) if self.partial_training and v.name == "optimized" else ()
+            if v.name == "optimized":
+                kcflags += kbuild.hot_share_flags(v, profile, self.hot_share)
             with_values = self.values and v.gcov
             return kbuild.build(kbuild.BuildRequest(src, spec, v, self.run_dir / "builds" / label, profile, self.jobs, kcflags, with_values))
 
@@ -97,6 +100,7 @@ class RunOptions:
             "cpus": self.guest.cpus, "memory": self.guest.memory, "guest_timeout": self.guest.timeout,
             "study": list(self.studies), "partial_training": self.partial_training,
             **({"values": True} if self.values else {}),  # only where set: earlier run.json stay as they were
+            **({"hot_share": self.hot_share} if self.hot_share is not None else {}),
         }
 
     @classmethod
@@ -107,7 +111,7 @@ class RunOptions:
                 tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),
                 vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
                 {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]), bool(r.get("partial_training")),
-                bool(r.get("values")),
+                bool(r.get("values")), r.get("hot_share"),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{run_dir / 'run.json'}: its request is incomplete or damaged ({e!r})",

@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial-training", action="store_true",
                    help="with a variant that takes a profile: code the profile never ran keeps its normal optimization "
                    "(GCC's -fprofile-partial-training) instead of being optimized for size (the pgo-pt variant is optimized with it)")
+    p.add_argument("--hot-share", type=float, metavar="S",
+                   help="with a variant that takes a profile: only the code holding the hottest share S of the profile's "
+                   "executed work (e.g. 0.99) is optimized for speed, the rest of the executed code for size (GCC's "
+                   "hot-bb-count-fraction, computed from the profile; docs/COMPILERS.md)")
     p.add_argument("--values", action="store_true",
                    help="with --variant instrumented: record value profiles too (indirect-call targets, divisors, string "
                    "sizes; GCC's -fprofile-values) from a patched copy of the source and kpgo's GCC plugin (docs/VALUES.md)")
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
                             "drop it or add --variant optimized --profile DIR")
         if kbuild.PARTIAL_TRAINING not in variant.flags:
             kcflags += (kbuild.PARTIAL_TRAINING,)
+    kcflags += kbuild.hot_share_flags(variant, args.profile, args.hot_share)
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{variant.name}"

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial-training", action="store_true",
                    help="optimized kernels keep code the profile never ran at its normal optimization (GCC's "
                    "-fprofile-partial-training) instead of optimizing it for size")
+    p.add_argument("--hot-share", type=float, metavar="S",
+                   help="optimized kernels optimize for speed only the code holding the hottest share S of their "
+                   "profile's executed work (e.g. 0.99), the rest of the executed code for size (docs/COMPILERS.md)")
     p.add_argument("--values", action="store_true",
                    help="the instrumented kernel records value profiles too (indirect-call targets, divisors, string sizes), "
                    "which the optimized kernels then use (docs/VALUES.md)")
@@ -53,6 +56,7 @@ def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
         args.dir or Path("kpgo-runs") / f"{name}-{label}", args.base, args.config, tuple(args.fragment), args.source, args.workload,
         tuple(args.set), design_from(args), args.jobs, guest_from(args), args.client, sim_mode(args), tuple(args.sim_opt),
         tuple(dict.fromkeys(args.study)), args.partial_training, args.values,
+        args.hot_share,
     )
 
 

@@ -8,6 +8,7 @@ API (used by `kpgo profile` and by the pipeline)
     read_profile_json(src) -> dict                       profile.json, {} when absent
     load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.gcda)
     write_tree(tmp, items) -> int                    write (relative path, bytes or list of pieces) items
+    hot_fraction(src, share) -> dict                 GCC's hot-bb-count-fraction that makes `share` of the work hot
 
 stats and fix read the whole profile into one buffer (memory: the profile size) and check and index all files at
 once; files that fail that check (not in the kernel's shape) are read one by one (Index.gcda), with the same results.
@@ -301,6 +302,33 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     }
 
 
+def hot_fraction(src: Path, share: float) -> dict[str, Any]:
+    """The --param=hot-bb-count-fraction=F under which the counters holding the hottest `share` of a profile's
+    counted executions are hot, and the rest of the executed code is optimized for size.
+
+    With a profile, GCC takes a count as hot when it is at least sum_max / F (predict.cc, get_hot_bb_threshold;
+    default F = 10000) and optimizes blocks below it for size; sum_max is the one fix_profile wrote (the profile's
+    largest arc counter, as GCC reads it: 32 bits). The threshold T is the smallest count among the hottest arc
+    counters that together reach `share` of the sum of all arc counters (GCC's own working-set cut, param
+    hot-bb-count-ws-permille, is per object without LTO; this one is over the whole kernel, like the summary)."""
+    if not 0 < share < 1:
+        raise UserError(f"--hot-share {share} is not between 0 and 1", "give the share of the executed work to keep hot, e.g. 0.99")
+    idx, _ = load_profile(src)
+    lo, _ = idx.counter_slots(idx.rec_tag == ARCS_TAG)
+    parts = [counter_values(idx.image.words, lo)] + [idx.gcda(k).counters(ARCS) for k in idx.slow()]
+    v = np.concatenate(parts)
+    v = np.sort(v[v > 0])[::-1]
+    if not len(v):
+        raise UserError(f"{src}: every arc counter is zero, so no code is hot", "collect the profile again under load")
+    cum = np.cumsum(v.astype(np.float64))
+    k = min(int(np.searchsorted(cum, share * cum[-1])), len(v) - 1)
+    threshold = int(v[k])
+    sum_max = min(int(v[0]), 0xFFFFFFFF)
+    fraction = max(1, sum_max // max(threshold, 1))
+    return {"share": share, "threshold": threshold, "fraction": fraction, "sum_max": sum_max, "gcc_threshold": sum_max // fraction,
+            "hot_counters": k + 1, "executed_counters": len(v)}
+
+
 __all__ = [
     "GcovFormatError",
     "GCOV_MAX",
@@ -308,6 +336,7 @@ __all__ = [
     "check_for_build",
     "fix_profile",
     "gcda_list",
+    "hot_fraction",
     "iter_gcda",
     "load_profile",
     "profile_stats",

@@ -45,6 +45,22 @@ PROFILE_USE_FLAGS = (
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
+def hot_share_flags(variant: Variant, profile: Path | None, share: float | None) -> tuple[str, ...]:
+    """`--hot-share S`: GCC's hot-count cut placed so that the hottest share S of the profile's executed work is hot
+    and the rest of the executed code is optimized for size (kpgo.gcov.profile.hot_fraction; docs/COMPILERS.md)."""
+    if share is None:
+        return ()
+    if not variant.profile or profile is None:
+        raise UserError(f"--hot-share is only for a variant that takes a profile; {variant.name} takes none" if not variant.profile
+                        else "--hot-share needs the profile", "add --variant optimized --profile DIR, or drop --hot-share")
+    from kpgo.gcov.profile import hot_fraction
+
+    h = hot_fraction(profile, share)
+    say(f"build: --hot-share {share}: counts of {h['gcc_threshold']:,} and more are hot (the hottest {h['hot_counters']:,} of "
+        f"{h['executed_counters']:,} executed arc counters hold {share:.2%} of the work): --param=hot-bb-count-fraction={h['fraction']}")
+    return (f"--param=hot-bb-count-fraction={h['fraction']}",)
+
+
 @dataclass(frozen=True)
 class BuildRequest:
     source: KernelSource
