@@ -169,6 +169,29 @@ def test_single_machine_bench_does_not_import_ray(two_kernels: list[bench.Kernel
     assert all(set(s["host"]) == {"hostname", "cpu_model", "qemu"} for s in out["samples"])
 
 
+def test_boots_of_another_set_of_cells_are_measured_again(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
+    """A bench given a third kernel measures every cell again (its earlier boots ran in another block); the same
+    bench again keeps them all; more boots keep the earlier rounds (fake boots)."""
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import fake_boot; fake_boot.install()"
+    third = bench.Kernel("other", fake_build(tmp_path / "k3", "cccc3333", 12288))
+    args = ["--kernel", f"vanilla={two_kernels[0].build_dir}", "--kernel", f"optimized={two_kernels[1].build_dir}",
+            "--workload", "redis", "--no-sim", "-o", tmp_path / "b"]
+    env = {"KPGO_ACCEL": "tcg"}
+    first = run("bench", *args, "--boots", "2", code=code, env=env)
+    assert first.returncode == 0, first.stderr
+    blocks = {json.loads(p.read_text())["block"] for p in (tmp_path / "b" / "boots").glob("*/sample.json")}
+    assert len(blocks) == 1
+    more = run("bench", *args, "--kernel", f"other={third.build_dir}", "--boots", "2", code=code, env=env)
+    assert more.returncode == 0, more.stderr
+    assert "changed since its 4 earlier boots: every cell is measured again" in more.stderr and "kept" not in more.stderr
+    assert "boot 6/6" in more.stderr
+    same = run("bench", *args, "--kernel", f"other={third.build_dir}", "--boots", "3", code=code, env=env)
+    assert same.returncode == 0, same.stderr
+    assert "6 of 9 boots kept" in same.stderr and "boot 3/3" in same.stderr and "changed" not in same.stderr
+    out = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert len(out["samples"]) == 9 and len({s["block"] for s in out["samples"]}) == 1
+
+
 def test_no_node_with_the_guest_resource_is_one_line(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
     """A Ray cluster whose nodes lack kpgo_guest (this machine's, started without it): refused before any boot."""
     code = "import sys, ray; ray.init(num_cpus=1, include_dashboard=False, logging_level='ERROR', log_to_driver=False)"

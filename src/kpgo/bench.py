@@ -9,8 +9,9 @@ speedups across workloads with its CI. With simulated counters (`sim`), each boo
 per-operation kernel/user instruction, L1i-miss and iTLB-miss figures from the QEMU plugin.
 
 Each boot's sample is kept (OUT/boots/ROUND-WORKLOAD-KERNEL/sample.json) with the key of its cell
-(kernel build, workload spec, runs, simulator settings): an interrupted bench resumes, and adding
-kernels or workloads to a finished bench boots only the new cells. OUT/results.json holds the
+(kernel build, workload spec, runs, simulator settings) and the bench's set of cells (its block, _block_id): an
+interrupted bench resumes and more boots add rounds, but a bench whose kernels or workloads changed is measured
+again whole, so that every ratio comes from one interleaved design. OUT/results.json holds the
 design, host facts, every raw sample and the summaries, so a report can be regenerated from it.
 
 Where the boots run is a Runner: Here (this process, one boot after another), or with --cluster
@@ -26,7 +27,7 @@ import math
 import platform
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -146,6 +147,15 @@ def _cell_key(build: dict, workload: contract.Workload, runs: int, sim: Any) -> 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _block_id(cell_keys: Iterable[str]) -> str:
+    """What a round compares: its set of cells (their keys). Each round boots every cell once in random order, so
+    host drift spreads over all kernels; a boot kept from a bench of another set of cells (a kernel added, rebuilt,
+    a workload added) ran in another block, possibly hours earlier under other host load, which moves even the
+    simulated per-operation counts (timer interrupts per operation follow the emulator's speed: docs/EVALUATION.md).
+    Such boots are measured again; an interrupted bench of the same cells, or one given more boots, keeps its boots."""
+    return hashlib.sha256(json.dumps(sorted(set(cell_keys))).encode()).hexdigest()[:16]
+
+
 def _seed(out: Path, design: Design) -> int:
     if design.seed is not None:
         return design.seed
@@ -164,6 +174,7 @@ class Boot:
     bootdir: Path
     key: str
     kept: dict | None = None
+    block: str = ""  # _block_id of the bench's cells, stored with the sample
 
     @property
     def cell(self) -> tuple[int, str, str]:
@@ -291,7 +302,7 @@ def _keep(b: Boot, outcome: dict[str, Any], samples: dict[tuple[int, str, str], 
     """A boot's outcome, wherever it ran: its sample.json, or its failed.json (a failed cell has no sample, so a rerun
     boots it again). A cell booted a second time (its round moved whole to another host) replaces what it had."""
     if "sample" in outcome:
-        rec = outcome["sample"]
+        rec = {**outcome["sample"], "block": b.block}
         (b.bootdir / "failed.json").unlink(missing_ok=True)
         atomic.write_json(b.bootdir / "sample.json", rec)
         samples[b.cell] = rec
@@ -354,15 +365,24 @@ def bench(
         out.mkdir(parents=True, exist_ok=True)
         seed = _seed(out, design)
         seq = plan(cells, design.boots, design.order, seed)
-        boots = []
+        keys = {(s["kernel"], s["workload"]): _cell_key(builds[s["kernel"]], by_name[s["workload"]], design.runs, sim) for s in seq}
+        block = _block_id(keys.values())
+        boots, other_block = [], 0
         for step in seq:
             bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
-            key = _cell_key(builds[step["kernel"]], by_name[step["workload"]], design.runs, sim)
+            key = keys[(step["kernel"], step["workload"])]
             try:
                 rec = json.loads((bootdir / "sample.json").read_text())
             except (OSError, ValueError):
                 rec = None
-            boots.append(Boot(step, bootdir, key, rec if isinstance(rec, dict) and rec.get("cell_key") == key else None))
+            ok = isinstance(rec, dict) and rec.get("cell_key") == key
+            # A boot of a different set of cells ran in another block, at another time: not comparable (see _block_id).
+            if ok and rec.get("block", block) != block:
+                ok, other_block = False, other_block + 1
+            boots.append(Boot(step, bootdir, key, rec if ok else None, block))
+        if other_block:
+            say(f"bench: the kernels or workloads of the bench in {out} changed since its {other_block} earlier boots: every "
+                "cell is measured again, so that every ratio comes from one interleaved design")
         samples = {b.cell: b.kept for b in boots if b.kept is not None}
         if samples:
             say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")

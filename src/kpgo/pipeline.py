@@ -9,7 +9,8 @@ Studies add to that: `universal` merges the workloads' profiles (raw sums and no
 profile scaled to the same total) into RUN/profiles/universal-{raw,norm}, builds those kernels
 and measures them on every workload; `cross` measures every optimized kernel on every workload.
 Each step is skipped when its output exists with the same inputs (bench boots included), so
-running the same command again, or with a study added, redoes only what is missing."""
+running the same command again, or with a study added, redoes only what is missing (the bench whole when its
+kernels or workloads changed: kpgo.bench)."""
 
 from __future__ import annotations
 
