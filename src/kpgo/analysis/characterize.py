@@ -476,10 +476,18 @@ def compare_profiles(
         },
         "skipped_files": model.skipped,
         "unsolved_functions": model.unsolved_functions,
+        "values": [_values(d) for d in dirs],
     }
     if plot_prefix:
         result["plots"] = plot_matrices(mats, labels, plot_prefix)
     return result
+
+
+def _values(src: Path) -> dict[str, dict[str, int]]:
+    """A profile's value counters by kind (`kpgo profile stats`' "values")."""
+    from kpgo.gcov.profile import load_profile, value_counters
+
+    return value_counters(load_profile(src)[0])
 
 
 def _num(v: float) -> float | None:
