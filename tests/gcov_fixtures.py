@@ -127,13 +127,15 @@ def kernelize(data: bytes) -> bytes:
     record with its values (no negative lengths), no end marker."""
     import numpy as np
 
-    from kpgo.gcov.gcda import ARCS, parse_gcda
+    from kpgo.gcov.gcda import parse_gcda
 
     g = parse_gcda(data, "fixture").without_summary()
-    values = g.counters(ARCS)
-    # Force every arc record to carry its payload: give all counters a value, then put the real values back.
-    g = g.with_counters(ARCS, values + np.uint64(1))
-    g = g.with_counters(ARCS, values)
+    # Force every counter record to carry its payload: give all counters a value, then put the real values back.
+    # (Top-N records always carry theirs.)
+    for kind in sorted(g.counter_kinds_present()):
+        if not g.is_topn(kind):
+            values = g.counters(kind)
+            g = g.with_counters(kind, values + np.uint64(1)).with_counters(kind, values)
     g.checksum = 0 if g.checksum is not None else None
     g.trailer = np.zeros(0, dtype=np.uint32)
     return g.to_bytes()
