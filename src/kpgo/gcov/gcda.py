@@ -11,6 +11,9 @@ The layout is chosen from the file's version word (e.g. "B22*" = GCC 12.2): reco
 GCC 12 and bytes from GCC 12, and GCC 12 added the header checksum word. From GCC 12, libgcov and gcov-tool write a
 counter record whose counters are all zero with a *negative* length and no payload; the Linux kernel never does.
 The object summary (tag 0xa1000000) holds runs and sum_max as two 32-bit words in every supported layout.
+Value profiles (-fprofile-values) add counter kinds 1-7; the top-N kinds of GCC >= 11 (topn, indirect_call) hold
+sites of variable length - per site its total, the number n <= 32 of (value, count) pairs, then the pairs - which the
+parser follows (follow_sites) and checks: a site whose n is negative, above 32 or past its record's end is a defect.
 
 The parser takes the files of one buffer (a whole profile read by kpgo.gcov.image, or one file) and checks and
 indexes them all at once with numpy (index_image). A file takes that path when its layout is verified cheaply:
@@ -18,7 +21,8 @@ indexes them all at once with numpy (index_image). A file takes that path when i
     magic "gcda" in the machine's byte order (little-endian machines only), a supported version word, a size that
     is a multiple of 4 holding at least the header, and a chain of records of known tags (FUNCTION, counters of
     kinds 0-8, summaries) with non-negative lengths that starts right after the header and ends exactly at the end
-    of the file or at a zero word (libgcov's end marker, kept verbatim with what follows it).
+    of the file or at a zero word (libgcov's end marker, kept verbatim with what follows it), and whose top-N
+    records hold well-formed sites (followed for all records of the profile together, a site of each per round).
 
 The chain is checked without walking it: every word that could be a record tag (low 16 bits zero, in the set of
 known tags) is a candidate; the file passes when its candidates are exactly its record chain - the first one right
@@ -41,6 +45,10 @@ API
     Gcda.with_summary(runs, sum_max)        copy whose only summary is (runs, sum_max), placed after the header
     Gcda.without_summary()                  copy without summary records (the shape the kernel writes)
     Gcda.functions() -> list[Function]      per-function view: ident, checksums, counters by kind
+    Gcda.sites(kind) -> Sites               the top-N sites of a kind: totals and (value, count) pairs, file order
+    Gcda.with_sites(kind, sites)            copy with that kind's records rebuilt from the sites (lengths follow)
+    Index.sites(record_mask) -> Sites       the sites of the selected top-N records of the fast files, at once
+    follow_sites(words, starts, ends)       the site chain of top-N records, and the first defect of each
     summary_record(unit, runs, sum_max)     the object summary record as GCC writes it
     layout_for_version(version, name) -> Layout
     version_text(version) -> str            the version word as text, e.g. "B22*"
@@ -876,12 +884,14 @@ def _index_sites(words: np.ndarray, layouts: dict[int, Layout], version: np.ndar
     site is taken off the fast path (fast is updated; the walk names the defect). Nothing to do, and no cost beyond
     one comparison per record, for a profile without top-N records."""
     empty = np.zeros(0, dtype=np.int64)
-    topn = np.zeros(len(cand), dtype=bool)
-    for v, lay in layouts.items():
-        if lay.topn_kinds:
-            topn |= np.isin(ctag, _topn_tags(lay)) & (version[fid] == v)
+    versions = [v for v, lay in layouts.items() if lay.topn_kinds]
+    if not versions:
+        return empty, empty, empty
+    topn = np.isin(ctag, _topn_tags(layouts[versions[0]]))  # the same tags in every layout that has them
     if not topn.any():
         return empty, empty, empty
+    if len(versions) < len(layouts):
+        topn &= np.isin(version[fid], versions)
     sel = np.flatnonzero(topn & fast[fid])
     chain = follow_sites(words, cand[sel] + 2, cand[sel] + 2 + plen[sel])
     site_cand = sel[chain.rec]

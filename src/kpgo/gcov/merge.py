@@ -14,20 +14,25 @@ API
     slow_files(template, partial) -> list[str]      files merged per file (then fold_files, combine_files)
     finish(plan, template, partial, files, dst)     write the output (atomic); merge_profiles' result
 
-Counter kinds merge by their own rule (as libgcov merges them):
+Counter kinds merge by their own rule (as libgcov merges them, gcov-counter.def):
     arcs, interval, pow2, average     weighted sum, exact, rounded once to the nearest integer (see Arith)
     ior, conditions                   bitwise OR of the inputs with a non-zero weight
     time_profiler                     smallest non-zero value (first-execution order) of those inputs
-    single, topn, indirect_call       refused: value profiles (-fprofile-generate), not what the kernel records
+    topn, indirect_call (GCC >= 11)   top-N sites, libgcov's __gcov_merge_topn: totals and the counts of equal values
+                                      summed (weighted, exact), values in order of first appearance, at most 32 a site
+                                      (TopnAccumulator; docs/PROFILES.md "Value counters" for gcov-tool's own -w)
+    single (GCC 9), topn and indirect_call of GCC 10: fixed-size value sites, refused with the file named
 With normalize, input i is first scaled by max_j(T_j) / T_i, where T_i is its total arc count, so that every input
-has the same total; then weights apply. Scaling up (never down) keeps small counts from rounding to zero.
-Every rule is associative and commutative, and the sums are kept exactly, so any grouping of the inputs into
-partial merges gives the same bytes as one merge of all of them.
+has the same total; then weights apply (to value counters as to arcs). Scaling up (never down) keeps small counts
+from rounding to zero. Every rule is associative and commutative, and the sums are kept exactly, so any grouping of
+the inputs into partial merges gives the same bytes as one merge of all of them.
 
 How: the first input is read whole into one buffer and indexed at once (kpgo.gcov.gcda.index_image); the output is
 its bytes with the merged counters written in place. Each other input is read whole, matched to it with one
-vectorized comparison per profile, and its counters are folded into one accumulator per rule. Files that do not take
-this path (see the comment above fold_files) are merged per file with a full parse, by the same accumulators.
+vectorized comparison per profile, and its counters are folded into one accumulator per rule. Files with top-N sites
+change size with their values: they are matched by record (the input is indexed too) and rebuilt around the merged
+sites. Files that do not take this path (see the comment above fold_files) are merged per file with a full parse, by
+the same accumulators.
 Memory: the first input, the accumulators and the one input being read, whatever the number of inputs. With
 --normalize the inputs are read twice (totals first).
 """
@@ -69,6 +74,7 @@ from kpgo.gcov.gcda import (
     parse_gcda,
     read_sites,
     store_counters,
+    summary_record,
 )
 from kpgo.gcov.image import read_file, read_image
 from kpgo.gcov.profile import GCOV_MAX, PROFILE_JSON, _exact_sum, _rels_or_fail, read_profile_json, write_tree
@@ -629,7 +635,7 @@ class Template:
         site_rec = t.site_rec[vsite]
         vfile = np.zeros(t.n, dtype=bool)
         vfile[t.rec_fid[site_rec]] = True
-        rec_site = np.searchsorted(site_rec, np.arange(len(t.rec_pos)))
+        rec_site = np.searchsorted(site_rec, np.arange(len(t.rec_pos))) if len(site_rec) else np.zeros(0, dtype=np.int64)
         return Template(rels, t, slow, slots, spos, sfid, topn, vfile, site_rec, t.site_pos[vsite], t.site_n[vsite],
                         rec_site)
 
@@ -1021,13 +1027,13 @@ def finish(plan: Plan, template: Template, part: Partial, files: Files, dst: Pat
                 _, neg = _magnitude(merged[rel].sites(kind).total)
                 value_sites[0] += len(neg)
                 value_sites[1] += int(neg.sum())
-    if len(template.site_rec):
-        _value_files(plan, template, part, out_words, merged, value_sites)
 
     in_runs = [i.runs for i in infos]
     total_runs = plan.runs if plan.runs is not None else sum(r for r, w in zip(in_runs, plan.weights) if w)
     total_runs = max(1, min(total_runs, 0xFFFFFFFF))
     sum_max = min(global_max, 0xFFFFFFFF)
+    rebuilt = _value_files(plan, template, part, out_words, total_runs, sum_max, value_sites) \
+        if len(template.site_rec) else {}
     missing = {d: len(rels) - i.files for d, i in zip(plan.names, infos) if i.files < len(rels)}
     info = {
         "merged": {
@@ -1051,7 +1057,10 @@ def finish(plan: Plan, template: Template, part: Partial, files: Files, dst: Pat
     def items() -> Iterator[tuple[str, Any]]:
         for rel in rels:
             m = merged.get(rel)
-            yield rel, writer.pieces(where[rel]) if m is None else m.with_summary(total_runs, sum_max).to_bytes()
+            if m is not None:
+                yield rel, m.with_summary(total_runs, sum_max).to_bytes()
+            else:
+                yield rel, rebuilt.get(rel) or writer.pieces(where[rel])
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
@@ -1072,10 +1081,11 @@ def finish(plan: Plan, template: Template, part: Partial, files: Files, dst: Pat
     }
 
 
-def _value_files(plan: Plan, template: Template, part: Partial, out_words: np.ndarray, merged: dict[str, Gcda],
-                 value_sites: list[int]) -> None:
-    """The output models of the template's files with top-N sites (those not merged per file): their words with
-    the merged counters in place (out_words), the top-N records rebuilt around the merged sites."""
+def _value_files(plan: Plan, template: Template, part: Partial, out_words: np.ndarray, runs: int, sum_max: int,
+                 value_sites: list[int]) -> dict[str, bytes]:
+    """The output bytes of the template's files with top-N sites that were not merged per file: each file's words
+    with the merged counters in place (out_words), its object summaries replaced by one after the header (as
+    SummaryWriter writes the others), and each top-N record rebuilt around its merged sites."""
     t = template.index
     acc = template.topn_acc(plan.arith, plan.strict)
     assert part.topn is not None
@@ -1083,21 +1093,33 @@ def _value_files(plan: Plan, template: Template, part: Partial, out_words: np.nd
     sites = acc.result()
     del acc
     site_file = t.rec_fid[template.site_rec]
-    site_tag = t.rec_tag[template.site_rec]
     live = ~part.slow[site_file]
     value_sites[0] += int(live.sum())
     value_sites[1] += int((_magnitude(sites.total)[1] & live).sum())
-    bounds = np.searchsorted(site_file, np.arange(t.n + 1))
-    for k in np.flatnonzero(template.vfile & ~part.slow).tolist():
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        r0, r1 = int(t.rec_first[k]), int(t.rec_first[k + 1])
-        model = t.gcda(k, out_words)
-        for tag in sorted(set(site_tag[a:b].tolist())):
-            ids = a + np.flatnonzero(site_tag[a:b] == tag)
-            recs = r0 + np.flatnonzero(t.rec_tag[r0:r1] == tag)
-            per_record = np.bincount(np.searchsorted(recs, template.site_rec[ids]), minlength=len(recs))
-            model = model.with_sites(counter_kind(tag) or 0, sites.take(ids, per_record))
-        merged[t.image.rels[k]] = model
+    words, start = sites.words()  # all sites at once; a record's sites are consecutive
+    nsites = np.bincount(template.site_rec, minlength=len(t.rec_pos))
+    files = template.vfile & ~part.slow
+    special = np.flatnonzero(files[t.rec_fid] & ((template.topn & (nsites > 0)) | (t.rec_tag == TAG_OBJECT_SUMMARY)))
+    bounds = np.searchsorted(t.rec_fid[special], np.arange(t.n + 1)).tolist()
+    records = {u: summary_record(u, runs, sum_max) for u in (1, 4)}
+    img = t.image
+    out: dict[str, bytes] = {}
+    for k in np.flatnonzero(files).tolist():
+        ws, hw, unit = int(img.wstart[k]), int(t.hw[k]), int(t.unit[k])
+        pieces = [out_words[ws : ws + hw], records[unit]]
+        pos = ws + hw
+        for r in special[bounds[k] : bounds[k + 1]].tolist():
+            at = int(t.rec_pos[r])
+            pieces.append(out_words[pos:at])
+            pos = at + 2 + int(t.rec_len[r])
+            if t.rec_tag[r] == TAG_OBJECT_SUMMARY:
+                continue
+            s0 = int(template.rec_site[r])
+            new = words[start[s0] : start[s0 + nsites[r]]]
+            pieces += [np.array([t.rec_tag[r], len(new) * unit], dtype=np.uint32), new]
+        pieces.append(out_words[pos : ws + int(img.size[k]) // 4])
+        out[img.rels[k]] = np.concatenate(pieces).astype("<u4", copy=False).tobytes()
+    return out
 
 
 def merge_profiles(
