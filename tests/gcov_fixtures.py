@@ -127,13 +127,15 @@ def kernelize(data: bytes) -> bytes:
     record with its values (no negative lengths), no end marker."""
     import numpy as np
 
-    from kpgo.gcov.gcda import ARCS, parse_gcda
+    from kpgo.gcov.gcda import parse_gcda
 
     g = parse_gcda(data, "fixture").without_summary()
-    values = g.counters(ARCS)
-    # Force every arc record to carry its payload: give all counters a value, then put the real values back.
-    g = g.with_counters(ARCS, values + np.uint64(1))
-    g = g.with_counters(ARCS, values)
+    # Force every counter record to carry its payload: give all counters a value, then put the real values back.
+    # (Top-N records always carry theirs.)
+    for kind in sorted(g.counter_kinds_present()):
+        if not g.is_topn(kind):
+            values = g.counters(kind)
+            g = g.with_counters(kind, values + np.uint64(1)).with_counters(kind, values)
     g.checksum = 0 if g.checksum is not None else None
     g.trailer = np.zeros(0, dtype=np.uint32)
     return g.to_bytes()
@@ -206,12 +208,16 @@ def version_word(major: int, minor: int = 1) -> int:
     return int.from_bytes(s.encode(), "big")
 
 
+Site = tuple[int, list[tuple[int, int]]]  # a top-N site: total, [(value, count), ...]
+
+
 def synth_gcda(major: int = 12, order: str = "<", functions: list[list[int]] | None = None, *, stamp: int = 0x1234,
                summary: tuple[int, int] | None = None, trailer: list[int] | None = None, negative: bool = False,
-               idents: list[int] | None = None) -> bytes:
+               idents: list[int] | None = None, sites: list[list[Site]] | None = None) -> bytes:
     """A .gcda of GCC `major`: header, optional object summary, per function a FUNCTION record and an arc counter
     record, optional words after an end marker (`trailer`, starting with 0). With negative=True (GCC >= 12) a
-    record whose counters are all zero is written as libgcov does: negative length, no payload."""
+    record whose counters are all zero is written as libgcov does: negative length, no payload. sites (GCC >= 11):
+    per function, the sites of an indirect_call record after its arcs (each: total, n, n value/count pairs)."""
     import numpy as np
 
     unit = 4 if major >= 12 else 1
@@ -225,10 +231,17 @@ def synth_gcda(major: int = 12, order: str = "<", functions: list[list[int]] | N
         words += [0x01000000, 3 * unit, ident, 0xAAAA0000 + i, 0xBBBB0000 + i]
         if negative and major >= 12 and counts and not any(counts):
             words += [0x01A10000, (1 << 32) - 2 * len(counts) * unit]
-            continue
-        words += [0x01A10000, 2 * len(counts) * unit]
-        for c in counts:
-            words += [c & 0xFFFFFFFF, c >> 32]
+        else:
+            words += [0x01A10000, 2 * len(counts) * unit]
+            for c in counts:
+                words += [c & 0xFFFFFFFF, c >> 32]
+        if sites is not None and i < len(sites):
+            body = []
+            for total, pairs in sites[i]:
+                for c in (total, len(pairs), *(x for pair in pairs for x in pair)):
+                    c &= (1 << 64) - 1
+                    body += [c & 0xFFFFFFFF, c >> 32]
+            words += [0x01A90000, len(body) * unit, *body]
     if trailer:
         words += trailer
     return np.array(words, dtype=order + "u4").tobytes()

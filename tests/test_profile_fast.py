@@ -27,16 +27,18 @@ from gcov_fixtures import (  # noqa: F401
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, GcovFormatError, index_image, walk_gcda
 from kpgo.gcov.image import gcda_rels, read_image
-from kpgo.gcov.merge import fold_files, make_plan, merge_profiles
-from kpgo.gcov.profile import fix_profile, iter_gcda, profile_stats
+from kpgo.gcov.merge import Template, combine, combine_files, finish, fold_files, fold_inputs, make_plan, merge_profiles, slow_files
+from kpgo.gcov.profile import fix_profile, iter_gcda, profile_stats, value_counters_of
 
 # -- references: the per-file computations ------------------------------------------------------------------------
 
 def stats_per_file(src: Path) -> dict:
     files = functions = arcs = with_summary = nbytes = nonzero = arcs_sum = arcs_max = 0
     versions, stamps = set(), set()
+    values: dict[str, dict[str, int]] = {}
     for rel in gcda_rels(src):
         g = walk_gcda((src / rel).read_bytes(), rel)
+        value_counters_of(g, values)
         files += 1
         nbytes += len(g.payload) * 4
         versions.add(g.version_text)
@@ -50,7 +52,7 @@ def stats_per_file(src: Path) -> dict:
         nonzero += int(np.count_nonzero(v))
     return {"files": files, "functions": functions, "arcs": arcs, "arcs_sum": arcs_sum, "arcs_max": arcs_max,
             "arcs_nonzero": nonzero, "with_summary": with_summary, "gcov_version": ",".join(sorted(versions)),
-            "stamps": len(stamps), "bytes": nbytes}
+            "stamps": len(stamps), "bytes": nbytes, "values": dict(sorted(values.items()))}
 
 
 def fix_per_file(src: Path, runs: int) -> dict[str, bytes]:
@@ -68,16 +70,23 @@ def tree(root: Path) -> dict[str, bytes]:
 
 _value = st.one_of(st.integers(0, 5), st.integers(0, (1 << 64) - 1), st.sampled_from(TAG_WORDS))
 _counts = st.lists(_value, min_size=0, max_size=4)
+# Top-N sites: totals (some negative: a merge dropped values), a few values from a small pool (so that inputs share
+# some), counts that may look like tags or exceed the total.
+_target = st.one_of(st.sampled_from([0, 1, 7, 0x01A10000, 2**63]), st.integers(0, (1 << 64) - 1))
+_site = st.tuples(st.one_of(st.integers(0, 50), st.integers(-50, -1), st.sampled_from(TAG_WORDS)),
+                  st.lists(st.tuples(_target, st.integers(0, 40)), max_size=4, unique_by=lambda p: p[0]))
 
 
 @st.composite
 def gcda_file(draw: st.DrawFn) -> bytes:
     major = draw(st.integers(9, 14))
+    functions = draw(st.lists(_counts, min_size=0, max_size=4))
     return synth_gcda(
-        major, draw(st.sampled_from(["<", "<", "<", ">"])), draw(st.lists(_counts, min_size=0, max_size=4)),
+        major, draw(st.sampled_from(["<", "<", "<", ">"])), functions,
         summary=draw(st.none() | st.tuples(st.integers(0, 9), st.integers(0, 99))),
         trailer=draw(st.none() | st.just([0]) | st.just([0, 7, 0x01000000])),
         negative=draw(st.booleans()),
+        sites=draw(st.lists(st.lists(_site, max_size=3), max_size=len(functions))) if major >= 11 else None,
     )
 
 
@@ -159,18 +168,20 @@ def merge_case(draw: st.DrawFn) -> tuple[list[dict[str, bytes]], list[float]]:
     some inputs with a summary or an end marker in some files (layouts that differ: per-file merge)."""
     n_in = draw(st.integers(2, 4))
     layout = draw(st.dictionaries(st.sampled_from(["a.gcda", "b/c.gcda", "d/e.gcda"]),
-                                  st.tuples(st.integers(9, 14), st.lists(st.integers(0, 4), max_size=4)),
+                                  st.tuples(st.integers(9, 14), st.lists(st.integers(0, 4), max_size=4),
+                                            st.lists(st.integers(0, 3), max_size=4)),
                                   min_size=1, max_size=3))
     inputs = []
     for i in range(n_in):
         files = {}
-        for rel, (major, sizes) in layout.items():
+        for rel, (major, sizes, nsites) in layout.items():
             if i and draw(st.integers(0, 9)) == 0:
                 continue  # missing from this input
             counts = [draw(st.lists(_value, min_size=n, max_size=n)) for n in sizes]
+            sites = [draw(st.lists(_site, min_size=n, max_size=n)) for n in nsites[: len(sizes)]] if major >= 11 else None
             files[rel] = synth_gcda(major, "<", counts,
                                     summary=(i + 1, 5) if draw(st.integers(0, 5)) == 0 else None,
-                                    trailer=[0] if draw(st.integers(0, 5)) == 0 else None)
+                                    trailer=[0] if draw(st.integers(0, 5)) == 0 else None, sites=sites)
         inputs.append(files)
     weights = draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, 0.5, 1.7]), min_size=n_in, max_size=n_in))
     if not any(weights):
@@ -191,6 +202,36 @@ def test_merge_equals_per_file(tmp_path_factory: pytest.TempPathFactory,
         return
     res = merge_profiles(dirs, base / "out", weights=weights)
     assert tree(base / "out") == merge_per_file(dirs, res["factors"], res["runs"])
+
+
+@_settings
+@given(case=merge_case(), data=st.data())
+def test_merge_in_any_grouping(tmp_path_factory: pytest.TempPathFactory,
+                               case: tuple[list[dict[str, bytes]], list[float]], data: st.DataObject) -> None:
+    """The steps kpgo.cluster runs (fold_inputs over ranges, combine in any grouping and order, fold_files and
+    combine_files, finish) give the serial merge's bytes, value sites included."""
+    inputs, weights = case
+    base = tmp_path_factory.mktemp("g")
+    dirs = [write_profile(base / f"in{i}", files) for i, files in enumerate(inputs)]
+    for d in dirs:
+        d.mkdir(exist_ok=True)
+    if any(not gcda_rels(d) for d in dirs):
+        return
+    merge_profiles(dirs, base / "serial", weights=weights)
+    plan = make_plan(dirs, weights, False, None, False, None)
+    template = Template.load(str(dirs[0]))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(dirs) - 1))))
+    ranges = list(zip([0, *cuts], [*cuts, len(dirs)]))
+    parts = [fold_inputs(plan, a, b) for a, b in ranges]
+    while len(parts) > 1:  # a random tree of combines
+        i, j = data.draw(st.lists(st.integers(0, len(parts) - 1), min_size=2, max_size=2, unique=True))
+        parts = [p for k, p in enumerate(parts) if k not in (i, j)] + [combine(plan, [parts[i], parts[j]])]
+    part = parts[0]
+    rels = slow_files(template, part)
+    files = combine_files(plan, [fold_files(plan, rels, a, b, [part.inputs[k].unmatched for k in range(a, b)])
+                                 for a, b in reversed(ranges)])
+    finish(plan, template, part, files, base / "tree")
+    assert tree(base / "tree") == tree(base / "serial")
 
 
 def test_merge_refuses_other_functions(tmp_path: Path) -> None:

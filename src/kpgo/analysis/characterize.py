@@ -322,14 +322,16 @@ def _preorder(n_nodes: int, node_base: np.ndarray, tree_fn: np.ndarray, src_node
     return tin, size, parent_arc
 
 
-def counter_vector(model: Model, src: Path) -> np.ndarray:
+def counter_vector(model: Model, src: Path, values: dict[str, dict[str, int]] | None = None) -> np.ndarray:
     """All arc counters of a profile laid out in the model's column order (missing files count zero), int64.
 
     The profile is read as one image (kpgo.gcov.image) and indexed at once (kpgo.gcov.gcda); files that fail its
     check are parsed one by one. The first
-    file (in order) whose stamp or functions do not match the build is a one-line error."""
+    file (in order) whose stamp or functions do not match the build is a one-line error. values: filled with the
+    value counters of those files by kind (kpgo.gcov.profile.value_counters), from the same index."""
     from kpgo.gcov.gcda import ARCS_TAG, counter_values, index_image, pair_positions
     from kpgo.gcov.image import gcda_rels, read_image
+    from kpgo.gcov.profile import value_counters
 
     x = np.zeros(model.n_cols, dtype=np.int64)
     have = set(gcda_rels(src)) if os.path.isdir(src) else set()
@@ -337,6 +339,8 @@ def counter_vector(model: Model, src: Path) -> np.ndarray:
     if not rels:
         return x
     idx = index_image(read_image(src, rels))
+    if values is not None:
+        values.update(value_counters(idx))
     img = idx.image
     pos_of = {r: i for i, r in enumerate(model.files)}
     mfile = np.array([pos_of[r] for r in rels], dtype=np.int64)
@@ -422,10 +426,11 @@ def arc_values(model: Model, x: np.ndarray) -> np.ndarray:
     return val
 
 
-def profile_vectors(model: Model, src: Path, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def profile_vectors(model: Model, src: Path, out: dict[str, np.ndarray] | None = None,
+                    values: dict[str, dict[str, int]] | None = None) -> dict[str, np.ndarray]:
     """The metric vectors of one profile: functions, branches, taken, executed (float64); written into `out`
-    (arrays of the right sizes, e.g. rows of a matrix) when given."""
-    val = arc_values(model, counter_vector(model, src)).astype(np.float64)
+    (arrays of the right sizes, e.g. rows of a matrix) when given. values: see counter_vector."""
+    val = arc_values(model, counter_vector(model, src, values)).astype(np.float64)
     out = out if out is not None else {k: np.empty(model.sizes[k]) for k in VECTORS}
     out["functions"][:] = np.bincount(model.fn_row, weights=val[model.fn_use], minlength=model.sizes["functions"])
     np.take(val, model.br_use, out=out["branches"])
@@ -453,8 +458,9 @@ def compare_profiles(
         raise UserError(f"{build}: no .gcno matches the profiles' .gcda files",
                         "give the build directory the profiles were collected from")
     stack = {k: np.empty((len(dirs), model.sizes[k])) for k in VECTORS}
+    values: list[dict[str, dict[str, int]]] = [{} for _ in dirs]
     for i, d in enumerate(dirs):
-        profile_vectors(model, d, out={k: stack[k][i] for k in VECTORS})
+        profile_vectors(model, d, out={k: stack[k][i] for k in VECTORS}, values=values[i])
     norms = taken_norms(stack["taken"], stack["executed"], threshold)
     mats = {
         "function_cosine": cosine_matrix(stack["functions"]),
@@ -476,6 +482,7 @@ def compare_profiles(
         },
         "skipped_files": model.skipped,
         "unsolved_functions": model.unsolved_functions,
+        "values": values,
     }
     if plot_prefix:
         result["plots"] = plot_matrices(mats, labels, plot_prefix)

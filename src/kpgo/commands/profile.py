@@ -102,7 +102,31 @@ def run_stats(args: argparse.Namespace) -> int:
         ("gcov version", st["gcov_version"]),
         ("build stamps", st["stamps"]),
     ])
+    for line in value_lines(st["values"]):
+        print(line)
     return 0
+
+
+# What "dominant" means per kind in the text (docs/PROFILES.md, kpgo.gcov.profile).
+_DOMINANT = {"indirect_call": "with a target >= 50%, which GCC 12 promotes", "topn": "with a value >= 50%"}
+
+
+def value_lines(values: dict[str, dict[str, int]], indent: str = "") -> list[str]:
+    """The value counters of `kpgo profile stats --json` ("values") as text, one line per kind."""
+    if not values:
+        return []
+    width = max(len(k) for k in values)
+    out = [f"{indent}value counters:"]
+    for kind, v in values.items():
+        if "sites" in v:
+            text = (f"{v['sites']} sites, {v['sites_with_values']} with values ({v['values']} values), total {v['total']}, "
+                    f"{v['dominant']} {_DOMINANT.get(kind, 'dominant')}")
+            if v["dropped"]:
+                text += f", {v['dropped']} that lost values in a merge"
+        else:
+            text = f"{v['counters']} counters ({v['nonzero']} non-zero)"
+        out.append(f"{indent}  {kind:<{width}}  {text}")
+    return out
 
 
 def run_fix(args: argparse.Namespace) -> int:
@@ -164,6 +188,8 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"  {p['file']}: {p['status']}: {p['reason']}")
         if len(res["problems"]) > 20:
             print(f"  ... {len(res['problems']) - 20} more (use --json)")
+        for line in value_lines(res["values"]):
+            print(line)
     t = res["total"]
     return 1 if args.strict and (t["stale"] or t["missing"]) else 0
 
@@ -195,6 +221,9 @@ def run_compare(args: argparse.Namespace) -> int:
         print(" " * w + "".join(f"{n[:w]:>{w + 1}}" for n in labels))
         for n, row in zip(labels, mat):
             print(f"{n[:w]:<{w}}" + "".join(f"{x:>{w + 1}.4f}" for x in row))
+    for name, values in zip(labels, res["values"]):
+        for line in value_lines(values):
+            print(f"{name}: {line}" if line.endswith(":") else line)
     for path in res.get("plots", []):
         print(f"wrote {path}")
     return 0

@@ -11,6 +11,9 @@ The layout is chosen from the file's version word (e.g. "B22*" = GCC 12.2): reco
 GCC 12 and bytes from GCC 12, and GCC 12 added the header checksum word. From GCC 12, libgcov and gcov-tool write a
 counter record whose counters are all zero with a *negative* length and no payload; the Linux kernel never does.
 The object summary (tag 0xa1000000) holds runs and sum_max as two 32-bit words in every supported layout.
+Value profiles (-fprofile-values) add counter kinds 1-7; the top-N kinds of GCC >= 11 (topn, indirect_call) hold
+sites of variable length - per site its total, the number n <= 32 of (value, count) pairs, then the pairs - which the
+parser follows (follow_sites) and checks: a site whose n is negative, above 32 or past its record's end is a defect.
 
 The parser takes the files of one buffer (a whole profile read by kpgo.gcov.image, or one file) and checks and
 indexes them all at once with numpy (index_image). A file takes that path when its layout is verified cheaply:
@@ -18,7 +21,8 @@ indexes them all at once with numpy (index_image). A file takes that path when i
     magic "gcda" in the machine's byte order (little-endian machines only), a supported version word, a size that
     is a multiple of 4 holding at least the header, and a chain of records of known tags (FUNCTION, counters of
     kinds 0-8, summaries) with non-negative lengths that starts right after the header and ends exactly at the end
-    of the file or at a zero word (libgcov's end marker, kept verbatim with what follows it).
+    of the file or at a zero word (libgcov's end marker, kept verbatim with what follows it), and whose top-N
+    records hold well-formed sites (followed for all records of the profile together, a site of each per round).
 
 The chain is checked without walking it: every word that could be a record tag (low 16 bits zero, in the set of
 known tags) is a candidate; the file passes when its candidates are exactly its record chain - the first one right
@@ -41,6 +45,10 @@ API
     Gcda.with_summary(runs, sum_max)        copy whose only summary is (runs, sum_max), placed after the header
     Gcda.without_summary()                  copy without summary records (the shape the kernel writes)
     Gcda.functions() -> list[Function]      per-function view: ident, checksums, counters by kind
+    Gcda.sites(kind) -> Sites               the top-N sites of a kind: totals and (value, count) pairs, file order
+    Gcda.with_sites(kind, sites)            copy with that kind's records rebuilt from the sites (lengths follow)
+    Index.sites(record_mask) -> Sites       the sites of the selected top-N records of the fast files, at once
+    follow_sites(words, starts, ends)       the site chain of top-N records, and the first defect of each
     summary_record(unit, runs, sum_max)     the object summary record as GCC writes it
     layout_for_version(version, name) -> Layout
     version_text(version) -> str            the version word as text, e.g. "B22*"
@@ -117,6 +125,7 @@ class Layout:
     byte_lengths: bool  # record lengths count bytes (GCC >= 12) instead of words
     header_checksum: bool  # header has a checksum word after the stamp (GCC >= 12)
     counter_kinds: tuple[str, ...]  # counter names by kind, from that GCC's gcov-counter.def
+    topn_kinds: frozenset[int] = frozenset()  # kinds whose records are top-N sites of variable length (GCC >= 11)
 
     @property
     def unit(self) -> int:
@@ -136,9 +145,17 @@ _KINDS_10 = ("arcs", "interval", "pow2", "topn", "indirect_call", "average", "io
 _KINDS_14 = _KINDS_10 + ("conditions",)
 
 
+# Top-N counters (GCC >= 11, libgcov-driver.c write_top_counters): each site is its total (executions, negative when
+# a merge dropped values), the number n of (value, count) pairs, then the pairs; GCC tracks at most 32 values a site.
+# GCC 10 wrote top-N sites of a fixed size and GCC 9 "single" ones: both are plain counter records to kpgo.
+TOPN_KINDS = frozenset({3, 4})  # topn, indirect_call
+TOPN_MAX_VALUES = 32  # GCOV_TOPN_MAXIMUM_TRACKED_VALUES
+
+
 def _layout(major: int) -> Layout:
     kinds = _KINDS_9 if major == 9 else _KINDS_14 if major >= 14 else _KINDS_10
-    return Layout(major=major, byte_lengths=major >= 12, header_checksum=major >= 12, counter_kinds=kinds)
+    return Layout(major=major, byte_lengths=major >= 12, header_checksum=major >= 12, counter_kinds=kinds,
+                  topn_kinds=TOPN_KINDS if major >= 11 else frozenset())
 
 
 _LAYOUTS = {m: _layout(m) for m in range(MIN_MAJOR, MAX_MAJOR + 1)}
@@ -235,6 +252,147 @@ def store_counters(words: np.ndarray, lo: np.ndarray, values: np.ndarray) -> Non
     """Write 64-bit counters at positions lo (low word) and lo + 1 (high word)."""
     words[lo] = (values & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     words[lo + 1] = (values >> np.uint64(32)).astype(np.uint32)
+
+
+# -- top-N sites: variable-length, followed a site at a time ------------------------------------------------------
+
+@dataclass(frozen=True)
+class SiteChain:
+    """The sites of some top-N records, in position order, and the first defect of each record that has one."""
+
+    pos: np.ndarray  # int64, word position of each site (the low word of its total)
+    rec: np.ndarray  # int64, its record (index into the records followed)
+    n: np.ndarray  # int64, its number of (value, count) pairs
+    defects: dict[int, tuple[int, int, str]]  # record -> (site index, word position, problem); its sites left out
+
+
+def _signed(lo: int, hi: int) -> int:
+    v = (hi << 32) | lo
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def follow_sites(words: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> SiteChain:
+    """Follow the sites of top-N records whose payloads are words[starts[r]:ends[r]]: each site is its total, n, then
+    n (value, count) pairs, 64-bit each, and the sites fill the record exactly. All records are followed together,
+    one site of each per round (rounds: the most sites of one record), so a profile costs a few array operations
+    per round, not a Python step per site. A site whose n is negative or above TOPN_MAX_VALUES, or that runs past
+    its record's end, is the record's defect."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    cur = starts.copy()
+    index = np.zeros(len(starts), dtype=np.int64)
+    active = np.flatnonzero(cur < ends)
+    last = max(len(words) - 4, 0)
+    pos_parts: list[np.ndarray] = []
+    rec_parts: list[np.ndarray] = []
+    n_parts: list[np.ndarray] = []
+    defects: dict[int, tuple[int, int, str]] = {}
+    while len(active):
+        p = cur[active]
+        end = ends[active]
+        short = end - p < 4
+        q = np.minimum(p, last)
+        lo = words[q + 2].astype(np.int64)
+        hi = words[q + 3]
+        badn = (hi != 0) | (lo > TOPN_MAX_VALUES)
+        nxt = p + 4 + 4 * lo
+        wrong = short | badn | (nxt > end)
+        if wrong.any():
+            for j in np.flatnonzero(wrong).tolist():
+                at, left = int(p[j]), 4 * int(end[j] - p[j])
+                if short[j]:
+                    problem = f"ends inside a site's header ({left} bytes left, a site starts with 16: total and value count)"
+                else:
+                    values = _signed(int(lo[j]), int(hi[j]))
+                    if values < 0:
+                        problem = f"has a negative value count ({values})"
+                    elif values > TOPN_MAX_VALUES:
+                        problem = f"has {values} values, more than the {TOPN_MAX_VALUES} GCC tracks at a site"
+                    else:
+                        problem = (f"lists {values} values ({16 * values} bytes), past the end of the record "
+                                   f"({left - 16} bytes left)")
+                defects[int(active[j])] = (int(index[active[j]]), at, problem)
+            good = ~wrong
+            p, lo, nxt, a = p[good], lo[good], nxt[good], active[good]
+        else:
+            a = active
+        pos_parts.append(p)
+        rec_parts.append(a)
+        n_parts.append(lo)
+        index[a] += 1
+        cur[a] = nxt
+        active = a[nxt < ends[a]]
+    if not pos_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return SiteChain(empty, empty, empty, defects)
+    pos, rec, n = np.concatenate(pos_parts), np.concatenate(rec_parts), np.concatenate(n_parts)
+    if defects:
+        keep = ~np.isin(rec, np.fromiter(defects, dtype=np.int64, count=len(defects)))
+        pos, rec, n = pos[keep], rec[keep], n[keep]
+    order = np.argsort(pos, kind="stable")
+    return SiteChain(pos[order], rec[order], n[order], defects)
+
+
+@dataclass(frozen=True)
+class Sites:
+    """The sites of one top-N kind of a file, in file order: site i has total[i] (executions; GCC reads it signed, and
+    a merge that dropped values leaves it negative) and the (value, count) pairs values/counts[first[i]:first[i+1]].
+    per_record: how many sites each record of the kind holds (file order), which rebuilding the records needs."""
+
+    total: np.ndarray  # uint64 (s,)
+    first: np.ndarray  # int64 (s + 1,)
+    values: np.ndarray  # uint64 (p,)
+    counts: np.ndarray  # uint64 (p,)
+    per_record: np.ndarray  # int64 (r,)
+
+    def __len__(self) -> int:
+        return len(self.total)
+
+    @property
+    def n(self) -> np.ndarray:
+        return np.diff(self.first)
+
+    def site(self, i: int) -> tuple[int, list[tuple[int, int]]]:
+        """Site i as GCC reads it: (total, [(value, count), ...]), signed 64-bit numbers."""
+        a, b = int(self.first[i]), int(self.first[i + 1])
+        return (int(self.total[i : i + 1].view(np.int64)[0]),
+                list(zip(self.values[a:b].view(np.int64).tolist(), self.counts[a:b].view(np.int64).tolist())))
+
+    def take(self, idx: np.ndarray, per_record: np.ndarray) -> Sites:
+        """The sites idx (ascending), as the sites of records holding per_record of them each."""
+        n = self.n[idx]
+        first = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(n, out=first[1:])
+        pairs = _ranges(self.first[idx], n)
+        return Sites(self.total[idx], first, self.values[pairs], self.counts[pairs], per_record)
+
+    def words(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sites as record payload words, and where each site's words start (plus the end)."""
+        n = self.n
+        size = 4 + 4 * n
+        start = np.zeros(len(n) + 1, dtype=np.int64)
+        np.cumsum(size, out=start[1:])
+        out = np.zeros(int(start[-1]), dtype=np.uint32)
+        store_counters(out, start[:-1], self.total)
+        store_counters(out, start[:-1] + 2, n.astype(np.uint64))
+        lo = pair_positions(start[:-1] + 4, n)  # the value of each pair; its count two words on
+        lo = 2 * lo - np.repeat(start[:-1] + 4, n)
+        store_counters(out, lo, self.values)
+        store_counters(out, lo + 2, self.counts)
+        return out, start
+
+
+def read_sites(words: np.ndarray, chain: SiteChain, nrec: int) -> Sites:
+    """The Sites of a chain over words (the records it followed, all of them well formed)."""
+    n = chain.n
+    first = np.zeros(len(n) + 1, dtype=np.int64)
+    np.cumsum(n, out=first[1:])
+    lo = pair_positions(chain.pos + 4, n)  # pairs are four words apart: value at 4k, count at 4k + 2
+    lo = 2 * lo - np.repeat(chain.pos + 4, n)
+    return Sites(
+        total=counter_values(words, chain.pos), first=first, values=counter_values(words, lo),
+        counts=counter_values(words, lo + 2), per_record=np.bincount(chain.rec, minlength=nrec).astype(np.int64),
+    )
 
 
 # -- the per-file model ----------------------------------------------------------------------------------------
@@ -370,6 +528,36 @@ class Gcda:
             new_payloads[rec] = words
             lengths[rec] = len(words) * self.layout.unit
         return self._with_payloads(lengths, new_payloads)
+
+    # -- top-N sites ----------------------------------------------------------------------------------------
+    def is_topn(self, kind: int) -> bool:
+        """Whether `kind` holds top-N sites of variable length in this file's layout."""
+        return kind in self.layout.topn_kinds
+
+    def sites(self, kind: int) -> Sites:
+        """The sites of a top-N kind (see Sites), in file order."""
+        if not self.is_topn(kind):
+            raise ValueError(f"{self.name}: '{self.layout.kind_name(kind)}' counters are not top-N sites here")
+        sel = np.flatnonzero(self.tags == counter_tag(kind))
+        chain = follow_sites(self.payload, self.offsets[sel], self.offsets[sel + 1])
+        if chain.defects:  # the parser refuses such a file; a model built by hand can still hold one
+            r, (i, at, problem) = min(chain.defects.items())
+            raise GcovFormatError(self.name, f"{self.layout.kind_name(kind)} record {r}: site {i} {problem}")
+        return read_sites(self.payload, chain, len(sel))
+
+    def with_sites(self, kind: int, sites: Sites) -> Gcda:
+        """Copy with the records of a top-N kind rebuilt from `sites` (as many sites per record as before)."""
+        sel = np.flatnonzero(self.tags == counter_tag(kind))
+        if not np.array_equal(sites.per_record, self.sites(kind).per_record):
+            raise ValueError(f"{self.name}: the sites given do not fit the file's {self.layout.kind_name(kind)} records")
+        words, start = sites.words()
+        bounds = start[np.concatenate(([0], np.cumsum(sites.per_record)))]
+        payloads = [self.payload[self.offsets[i] : self.offsets[i + 1]] for i in range(len(self.tags))]
+        lengths = self.lengths.copy()
+        for j, rec in enumerate(sel.tolist()):
+            payloads[rec] = words[bounds[j] : bounds[j + 1]]
+            lengths[rec] = (bounds[j + 1] - bounds[j]) * self.layout.unit
+        return self._with_payloads(lengths, payloads)
 
     def _with_payloads(self, lengths: np.ndarray, payloads: list[np.ndarray]) -> Gcda:
         sizes = np.array([len(p) for p in payloads], dtype=np.int64)
@@ -513,6 +701,11 @@ class Index:
     rec_fid: np.ndarray  # int64, file of each record
     rec_first: np.ndarray  # int64 (n + 1,), records of file k are rec_first[k]:rec_first[k+1] (0 when not fast)
     rend: np.ndarray  # int64 (n,), word position where file k's records end: its end, or its end marker (tag 0)
+    # The sites of the fast files' top-N records (GCC >= 11), in position order: where each starts (its total), its
+    # record (index into the rec_ arrays) and its number of (value, count) pairs.
+    site_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    site_rec: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    site_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def n(self) -> int:
@@ -521,17 +714,25 @@ class Index:
     def slow(self) -> list[int]:
         return np.flatnonzero(~self.fast).tolist()
 
-    def gcda(self, k: int) -> Gcda:
+    def gcda(self, k: int, words: np.ndarray | None = None) -> Gcda:
         """File k as the per-file model: from the index when it passed the check, else by walking its records
-        (a defect is a GcovFormatError naming the file)."""
+        (a defect is a GcovFormatError naming the file). words: the image's words with other counters in place
+        (same records: a merge's output), for a fast file."""
         img = self.image
         if not self.fast[k]:
+            assert words is None
             return walk_gcda(img.file_bytes(k), img.path(k))
         ws = int(img.wstart[k])
-        words = img.words[ws : ws + int(img.size[k]) // 4]
+        words = (img.words if words is None else words)[ws : ws + int(img.size[k]) // 4]
         r = slice(int(self.rec_first[k]), int(self.rec_first[k + 1]))
         return _model(img.path(k), self.layouts[int(self.version[k])], "<", words, self.rec_pos[r] - ws,
                       self.rec_len[r], int(self.rend[k]) - ws)
+
+    def sites(self, record_mask: np.ndarray) -> tuple[Sites, np.ndarray]:
+        """The sites of the selected top-N records (of fast files), in position order, and the record of each."""
+        sel = record_mask[self.site_rec]
+        chain = SiteChain(self.site_pos[sel], self.site_rec[sel], self.site_n[sel], {})
+        return read_sites(self.image.words, chain, len(self.rec_pos)), chain.rec
 
     def counter_slots(self, record_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Word positions of the low words of the counters of the selected records, and the file of each."""
@@ -661,15 +862,44 @@ def index_image(image: Image) -> Index:
     at = np.minimum(rend, max(nw - 1, 0))
     bad |= (rend > wend) | (short & (words[at] != 0 if nw else True))
     fast = ok & ~bad
+    sites = _index_sites(words, layouts, version, fast, cand, fid, plen, ctag)  # may take files off the fast path
     keep = fast[fid]
     cand, fid, plen = cand[keep], fid[keep], plen[keep]
     counts = np.bincount(fid, minlength=nf) if nf else np.zeros(0, dtype=np.int64)
     rec_first = np.zeros(nf + 1, dtype=np.int64)
     np.cumsum(counts, out=rec_first[1:])
+    site_pos, site_cand, site_n = sites
+    site_rec = (np.cumsum(keep) - 1)[site_cand]
     return Index(
         image=image, fast=fast, version=version, stamp=stamp, hw=hw, unit=unit, layouts=layouts,
         rec_pos=cand, rec_tag=words[cand], rec_len=plen, rec_fid=fid, rec_first=rec_first, rend=rend,
+        site_pos=site_pos, site_rec=site_rec, site_n=site_n,
     )
+
+
+def _index_sites(words: np.ndarray, layouts: dict[int, Layout], version: np.ndarray, fast: np.ndarray,
+                 cand: np.ndarray, fid: np.ndarray, plen: np.ndarray, ctag: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sites of the top-N records of the fast files (position, candidate record, n). A file with a malformed
+    site is taken off the fast path (fast is updated; the walk names the defect). Nothing to do, and no cost beyond
+    one comparison per record, for a profile without top-N records."""
+    empty = np.zeros(0, dtype=np.int64)
+    versions = [v for v, lay in layouts.items() if lay.topn_kinds]
+    if not versions:
+        return empty, empty, empty
+    topn = np.isin(ctag, _topn_tags(layouts[versions[0]]))  # the same tags in every layout that has them
+    if not topn.any():
+        return empty, empty, empty
+    if len(versions) < len(layouts):
+        topn &= np.isin(version[fid], versions)
+    sel = np.flatnonzero(topn & fast[fid])
+    chain = follow_sites(words, cand[sel] + 2, cand[sel] + 2 + plen[sel])
+    site_cand = sel[chain.rec]
+    if chain.defects:
+        fast[fid[sel[list(chain.defects)]]] = False
+        ok = fast[fid[site_cand]]
+        return chain.pos[ok], site_cand[ok], chain.n[ok]
+    return chain.pos, site_cand, chain.n
 
 
 # -- the walk: files the whole-profile check does not take, and every defect ------------------------------------
@@ -772,7 +1002,32 @@ def walk_gcda(data: bytes, name: str) -> Gcda:
         n = int(plen[i])
         raise GcovFormatError(name, f"object summary at byte {int(hp[i]) * 4} holds {n} word{'' if n == 1 else 's'}, "
                                     "not the two (runs, sum_max) GCC reads")
+    if layout.topn_kinds:
+        _check_sites(name, layout, words, tags, hp, plen, negative)
     return _model(name, layout, order, words, hp, plen, end)
+
+
+def _topn_tags(layout: Layout) -> np.ndarray:
+    return np.array(sorted(counter_tag(k) for k in layout.topn_kinds), dtype=np.uint32)
+
+
+def _check_sites(name: str, layout: Layout, words: np.ndarray, tags: np.ndarray, hp: np.ndarray, plen: np.ndarray,
+                 negative: np.ndarray) -> None:
+    """The top-N records of a walked file hold well-formed sites, or a GcovFormatError names the first defect."""
+    sel = np.flatnonzero(np.isin(tags, _topn_tags(layout)))
+    if not len(sel):
+        return
+    what = [layout.kind_name(counter_kind(int(t)) or 0) for t in tags[sel].tolist()]
+    neg = np.flatnonzero(negative[sel])
+    if len(neg):
+        i = int(neg[0])
+        raise GcovFormatError(name, f"{what[i]} record 0x{int(tags[sel[i]]):08x} at byte {int(hp[sel[i]]) * 4} has a "
+                                    "negative length (GCC and the kernel write top-N sites in full)")
+    chain = follow_sites(words, hp[sel] + 2, hp[sel] + 2 + plen[sel])
+    if chain.defects:
+        r, (site, at, problem) = min(chain.defects.items())
+        raise GcovFormatError(name, f"{what[r]} record 0x{int(tags[sel[r]]):08x} at byte {int(hp[sel[r]]) * 4}: "
+                                    f"site {site} at byte {at * 4} {problem}")
 
 
 def parse_gcda(data: bytes, name: str) -> Gcda:

@@ -3,7 +3,9 @@ profile.json.
 
 API (used by `kpgo profile` and by the pipeline)
     iter_gcda(src) -> Iterator[Path]                 relative paths of the .gcda files, sorted
-    profile_stats(src) -> dict                       files, functions, arcs_sum, arcs_max, with_summary, gcov_version, ...
+    profile_stats(src) -> dict                       files, functions, arcs_sum, arcs_max, with_summary, gcov_version, values, ...
+    value_counters(idx) -> dict                      value counters by kind (sites, totals, dominant values, ...)
+    value_counters_of(g) -> dict                     the same for one parsed file
     fix_profile(src, dst, runs=1) -> dict            copy with a correct object summary in every file (atomic dst)
     read_profile_json(src) -> dict                       profile.json, {} when absent
     load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.gcda)
@@ -38,7 +40,9 @@ from kpgo.gcov.gcda import (
     Gcda,
     GcovFormatError,
     Index,
+    Sites,
     SummaryWriter,
+    counter_tag,
     counter_values,
     gcc_major,
     index_image,
@@ -117,10 +121,101 @@ def load_profile(src: Path | str) -> tuple[Index, list[str]]:
     return index_image(read_image(src, rels)), rels
 
 
+# -- value counters -----------------------------------------------------------------------------------------------
+#
+# Per counter kind other than arcs. Top-N kinds (topn, indirect_call; GCC >= 11): sites, sites_with_values (n > 0),
+# values (pairs), total (sum of the sites' totals, their magnitudes: a total is negative when a merge dropped values),
+# dropped (sites with a negative total) and dominant: sites GCC 12 acts on with -fprofile-use -
+#   indirect_call: a target (value != 0, count > 0) whose probability count/|total|, in GCC's fixed point rounded to
+#     1/10000 (profile_count::probability_in, to_reg_br_prob_base; a count above the total counts as the total), is
+#     at least 50%: ipa-profile then makes the call speculative (GCC <= 10 asked for more than 75%);
+#   topn: the most frequent value's count is at least half the total (value-prof.cc: division, modulo and string
+#     operations by a constant).
+# Other kinds: counters, nonzero.
+
+_MAX_PROB = 1 << 27  # profile_probability::max_probability (n_bits 29)
+_PROB_BASE = 10000  # REG_BR_PROB_BASE
+
+
+def ipa_probability(count: int, total: int) -> int:
+    """GCC 12's probability of an indirect-call target, in REG_BR_PROB_BASE units (ipa-profile.cc)."""
+    if total <= 0 or count <= 0:
+        return 0
+    count = min(count, total)
+    if count == total:
+        return _PROB_BASE
+    p = (count * _MAX_PROB + total // 2) // total
+    return (p * _PROB_BASE + _MAX_PROB // 2) // _MAX_PROB
+
+
+def _site_figures(kind: str, sites: Sites) -> dict[str, int]:
+    n = sites.n
+    neg = sites.total >= np.uint64(1 << 63)
+    mag = np.where(neg, ~sites.total + np.uint64(1), sites.total)
+    has = np.flatnonzero(n > 0)
+    counts = sites.counts.copy()
+    counts[counts >= np.uint64(1 << 63)] = 0  # a negative count is none
+    if kind == "indirect_call":
+        counts[sites.values == 0] = 0  # GCC skips a zero target
+    top = np.maximum.reduceat(counts, sites.first[has]) if len(has) else np.zeros(0, dtype=np.uint64)
+    if kind == "indirect_call":
+        dominant = sum(ipa_probability(c, t) >= _PROB_BASE // 2 for c, t in zip(top.tolist(), mag[has].tolist()))
+    else:
+        dominant = int(np.count_nonzero(2 * top.astype(object) >= mag[has].astype(object))) if len(has) else 0
+    return {"sites": len(sites), "sites_with_values": len(has), "values": int(n.sum()), "total": _exact_sum(mag),
+            "dropped": int(neg.sum()), "dominant": int(dominant)}
+
+
+def _add_figures(into: dict[str, dict[str, int]], kind: str, figures: dict[str, int]) -> None:
+    have = into.setdefault(kind, dict.fromkeys(figures, 0))
+    for k, v in figures.items():
+        have[k] += v
+
+
+def value_counters_of(g: Gcda, into: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """The value counters of one parsed file by kind (see above), added into `into` when given."""
+    out = {} if into is None else into
+    for kind in sorted(g.counter_kinds_present()):
+        if kind == ARCS:
+            continue
+        name = g.layout.kind_name(kind)
+        if g.is_topn(kind):
+            _add_figures(out, name, _site_figures(name, g.sites(kind)))
+        else:
+            v = g.counters(kind)
+            _add_figures(out, name, {"counters": len(v), "nonzero": int(np.count_nonzero(v))})
+    return out
+
+
+def value_counters(idx: Index, slow: dict[int, Gcda] | None = None) -> dict[str, dict[str, int]]:
+    """The value counters of an indexed profile by kind (see above): its fast files at once, the others one by one
+    (slow: those already parsed)."""
+    out: dict[str, dict[str, int]] = {}
+    ver = idx.version[idx.rec_fid]
+    for v, lay in sorted(idx.layouts.items()):
+        of_version = ver == v if len(idx.layouts) > 1 else np.ones(len(ver), dtype=bool)
+        for kind in range(1, len(lay.counter_kinds)):
+            recs = (idx.rec_tag == counter_tag(kind)) & of_version
+            if not recs.any():
+                continue
+            name = lay.kind_name(kind)
+            if kind in lay.topn_kinds:
+                _add_figures(out, name, _site_figures(name, idx.sites(recs)[0]))
+            else:
+                lo, _ = idx.counter_slots(recs)
+                c = counter_values(idx.image.words, lo)
+                _add_figures(out, name, {"counters": len(c), "nonzero": int(np.count_nonzero(c))})
+    for k in idx.slow():
+        g = slow[k] if slow is not None and k in slow else idx.gcda(k)
+        value_counters_of(g, out)
+    return dict(sorted(out.items()))
+
+
 def profile_stats(src: Path) -> dict[str, Any]:
     """Counts over a profile. Keys: files, functions (FUNCTION records with data), arcs (arc counters), arcs_sum,
     arcs_max, arcs_nonzero, with_summary (files carrying an object summary), gcov_version (text; comma-separated if
-    mixed), stamps (distinct stamps), bytes (payload bytes: the files without their header and record headers)."""
+    mixed), stamps (distinct stamps), bytes (payload bytes: the files without their header and record headers),
+    values (value counters by kind: see value_counters; {} for an arc profile)."""
     idx, rels = load_profile(src)
     img = idx.image
     fast = idx.fast
@@ -141,8 +236,9 @@ def profile_stats(src: Path) -> dict[str, Any]:
     versions = set(idx.version[fast].tolist())
     stamps = set(idx.stamp[fast].tolist())
     # The others one by one (the walk also names the first defective file).
+    slow: dict[int, Gcda] = {}
     for k in idx.slow():
-        g = idx.gcda(k)
+        g = slow[k] = idx.gcda(k)
         nbytes += len(g.payload) * 4
         versions.add(g.version)
         stamps.add(g.stamp)
@@ -167,6 +263,7 @@ def profile_stats(src: Path) -> dict[str, Any]:
         "gcov_version": _versions_text(versions),
         "stamps": len(stamps),
         "bytes": nbytes,
+        "values": value_counters(idx, slow),
     }
 
 

@@ -8,6 +8,8 @@ functions (ident, line checksum, CFG checksum) and, per function, as many arc co
 spanning tree. Status: matched; stale (the .gcno exists but disagrees: the profile is from another build or the
 build changed); missing (no .gcno: the object is not in this build, or it was built without instrumentation).
 GCC itself ignores (with a "coverage mismatch" warning) the functions of a stale file and all of a missing one.
+The .gcno says nothing of value counters; "values" counts them by kind (as `kpgo profile stats` does), with how many
+sites (or counters) lie in matched files, the ones GCC will read.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
 from kpgo.gcov.gcno import Gcno, parse_gcno
-from kpgo.gcov.profile import gcda_list, read_profile_file
+from kpgo.gcov.profile import gcda_list, read_profile_file, value_counters_of
 
 
 def function_signature(g: Gcda) -> list[tuple[int, int, int, int]]:
@@ -89,8 +91,11 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     problems: list[dict[str, str]] = []
     total = {"files": 0, "matched": 0, "stale": 0, "missing": 0}
     seen: set[str] = set()
+    values: dict[str, dict[str, int]] = {}
+    matched_values: dict[str, dict[str, int]] = {}
     for rel in rels:
         g = read_profile_file(src, rel)
+        value_counters_of(g, values)
         note_rel = str(rel)[: -len(".gcda")] + ".gcno"
         seen.add(note_rel)
         note_path = os.path.join(build, note_rel)
@@ -113,6 +118,8 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
             bucket[status] += 1
         if status != "matched":
             problems.append({"file": str(rel), "status": status, "reason": reason})
+        else:
+            value_counters_of(g, matched_values)
     extra = 0
     for root, _dirs, files in os.walk(build):
         for fname in files:
@@ -128,6 +135,8 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
         "problems": problems,
         "gcno_without_gcda": extra,
         "all_matched": total["matched"] == total["files"],
+        "values": {kind: {**v, "in_matched_files": matched_values.get(kind, {}).get("sites" if "sites" in v else "counters", 0)}
+                   for kind, v in sorted(values.items())},
     }
 
 
