@@ -211,9 +211,10 @@ def test_dry_run_profile_variant(tmp_path: Path) -> None:
 
 
 # build_key of a fixed request, computed by main's code before variants were data (commit 5605b02), GCC 12.2.0:
-# an existing build directory of these variants must stay up to date.
+# an existing build directory of these variants must stay up to date. optimized_pt changed on purpose (session 12):
+# partial training adds -Wno-error, without which the server kernel failed to build (variants.PARTIAL_TRAINING_FLAGS).
 GOLDEN = {"vanilla": "e2d2c50b08958b56c2e4", "instrumented": "7b014182663bb3aab712", "optimized": "79f8bdb83cf9af933b38",
-          "optimized_pt": "adc68fae984658aad724", "vanilla_g": "a8df8de7665d649d29f6"}
+          "optimized_pt": "3fca93795eaca2944f81", "vanilla_g": "a8df8de7665d649d29f6"}
 
 
 def test_build_keys_of_existing_builds_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,7 +233,7 @@ def test_build_keys_of_existing_builds_unchanged(tmp_path: Path, monkeypatch: py
     assert key("vanilla") == GOLDEN["vanilla"]
     assert key("instrumented") == GOLDEN["instrumented"]
     assert key("optimized", True) == GOLDEN["optimized"]
-    assert key("optimized", True, (kbuild.PARTIAL_TRAINING,)) == GOLDEN["optimized_pt"]
+    assert key("optimized", True, kbuild.partial_training_flags(variants.get("optimized"))) == GOLDEN["optimized_pt"]
     assert key("vanilla", kcflags=("-g",)) == GOLDEN["vanilla_g"]
     # pgo-pt is `--variant optimized --partial-training`: the same build, the same cache entry
     assert key("pgo-pt", True) == GOLDEN["optimized_pt"]

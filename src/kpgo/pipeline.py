@@ -82,7 +82,7 @@ class RunOptions:
 
         def build(variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
             v = variants.get(variant) if isinstance(variant, str) else variant
-            kcflags: tuple[str, ...] = (kbuild.PARTIAL_TRAINING,) if self.partial_training and v.name == "optimized" else ()
+            kcflags = kbuild.partial_training_flags(v) if self.partial_training and v.name == "optimized" else ()
             if v.name == "optimized":
                 kcflags += kbuild.hot_share_flags(v, profile, self.hot_share)
             with_values = self.values and v.gcov

@@ -66,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
         if not variant.profile:
             raise UserError(f"--partial-training is only for --variant optimized and the other variants that take a profile; {variant.name} takes none",
                             "drop it or add --variant optimized --profile DIR")
-        if kbuild.PARTIAL_TRAINING not in variant.flags:
-            kcflags += (kbuild.PARTIAL_TRAINING,)
+        kcflags += kbuild.partial_training_flags(variant)
     kcflags += kbuild.hot_share_flags(variant, args.profile, args.hot_share)
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)

@@ -45,6 +45,11 @@ PROFILE_USE_FLAGS = (
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
+def partial_training_flags(variant: Variant) -> tuple[str, ...]:
+    """What `--partial-training` adds to a variant that takes a profile (nothing where the variant has it: pgo-pt)."""
+    return () if PARTIAL_TRAINING in variant.flags else variants.PARTIAL_TRAINING_FLAGS
+
+
 def hot_share_flags(variant: Variant, profile: Path | None, share: float | None) -> tuple[str, ...]:
     """`--hot-share S`: GCC's hot-count cut placed so that the hottest share S of the profile's executed work is hot
     and the rest of the executed code is optimized for size (kpgo.gcov.profile.hot_fraction; docs/COMPILERS.md)."""
