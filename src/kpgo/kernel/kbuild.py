@@ -41,7 +41,7 @@ PROFILE_USE_FLAGS = (
     "-fdump-ipa-profile_estimate",
 )
 # GCC's option that keeps functions the profile never saw at their normal optimization instead of
-# optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/EVALUATION.md weighs it).
+# optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/MEASUREMENTS.md "Partial training" weighs it).
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
