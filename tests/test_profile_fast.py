@@ -189,16 +189,22 @@ def merge_case(draw: st.DrawFn) -> tuple[list[dict[str, bytes]], list[float]]:
     return inputs, weights
 
 
+def _input_dirs(base: Path, inputs: list[dict[str, bytes]]) -> list[Path] | None:
+    """A merge case's inputs as profile directories under base; None when one of them holds no .gcda."""
+    dirs = [write_profile(base / f"in{i}", files) for i, files in enumerate(inputs)]
+    for d in dirs:
+        d.mkdir(exist_ok=True)
+    return None if any(not gcda_rels(d) for d in dirs) else dirs
+
+
 @_settings
 @given(case=merge_case())
 def test_merge_equals_per_file(tmp_path_factory: pytest.TempPathFactory,
                                case: tuple[list[dict[str, bytes]], list[float]]) -> None:
     inputs, weights = case
     base = tmp_path_factory.mktemp("m")
-    dirs = [write_profile(base / f"in{i}", files) for i, files in enumerate(inputs)]
-    for d in dirs:
-        d.mkdir(exist_ok=True)
-    if any(not gcda_rels(d) for d in dirs):
+    dirs = _input_dirs(base, inputs)
+    if dirs is None:
         return
     res = merge_profiles(dirs, base / "out", weights=weights)
     assert tree(base / "out") == merge_per_file(dirs, res["factors"], res["runs"])
@@ -212,10 +218,8 @@ def test_merge_in_any_grouping(tmp_path_factory: pytest.TempPathFactory,
     combine_files, finish) give the serial merge's bytes, value sites included."""
     inputs, weights = case
     base = tmp_path_factory.mktemp("g")
-    dirs = [write_profile(base / f"in{i}", files) for i, files in enumerate(inputs)]
-    for d in dirs:
-        d.mkdir(exist_ok=True)
-    if any(not gcda_rels(d) for d in dirs):
+    dirs = _input_dirs(base, inputs)
+    if dirs is None:
         return
     merge_profiles(dirs, base / "serial", weights=weights)
     plan = make_plan(dirs, weights, False, None, False, None)

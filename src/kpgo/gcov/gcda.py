@@ -352,6 +352,11 @@ class Sites:
     def n(self) -> np.ndarray:
         return np.diff(self.first)
 
+    def magnitude(self) -> tuple[np.ndarray, np.ndarray]:
+        """|total| of every site (uint64), and which totals are negative (GCC's mark of a site that lost values)."""
+        neg = self.total >= np.uint64(1 << 63)
+        return np.where(neg, ~self.total + np.uint64(1), self.total), neg
+
     def site(self, i: int) -> tuple[int, list[tuple[int, int]]]:
         """Site i as GCC reads it: (total, [(value, count), ...]), signed 64-bit numbers."""
         a, b = int(self.first[i]), int(self.first[i + 1])

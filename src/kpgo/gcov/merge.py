@@ -358,12 +358,6 @@ def _digits(v: np.ndarray, w: int, limbs: int) -> np.ndarray:
     return out
 
 
-def _magnitude(total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """|total| (uint64) of top-N totals as stored, and which were negative (GCC's mark of a site that lost values)."""
-    neg = total >= np.uint64(1 << 63)
-    return np.where(neg, ~total + np.uint64(1), total), neg
-
-
 class TopnAccumulator:
     """Top-N sites (topn and indirect_call, GCC >= 11) merged by libgcov's rule, __gcov_merge_topn: the totals of a
     site add up, and so do the counts of a value it holds in several inputs; a value new to the site is appended
@@ -401,7 +395,7 @@ class TopnAccumulator:
         (sids ascending)."""
         if not f or not len(sids):
             return
-        mag, neg = _magnitude(sites.total)
+        mag, neg = sites.magnitude()
         sel = np.zeros(self.n, dtype=bool)
         sel[sids] = True
         self.totals.add(mag, f, sel)
@@ -1024,7 +1018,7 @@ def finish(plan: Plan, template: Template, part: Partial, files: Files, dst: Pat
     for rel, fp in files.parts.items():
         for kind in fp.kinds:
             if fp.model.is_topn(kind):
-                _, neg = _magnitude(merged[rel].sites(kind).total)
+                _, neg = merged[rel].sites(kind).magnitude()
                 value_sites[0] += len(neg)
                 value_sites[1] += int(neg.sum())
 
@@ -1095,7 +1089,7 @@ def _value_files(plan: Plan, template: Template, part: Partial, out_words: np.nd
     site_file = t.rec_fid[template.site_rec]
     live = ~part.slow[site_file]
     value_sites[0] += int(live.sum())
-    value_sites[1] += int((_magnitude(sites.total)[1] & live).sum())
+    value_sites[1] += int((sites.magnitude()[1] & live).sum())
     words, start = sites.words()  # all sites at once; a record's sites are consecutive
     nsites = np.bincount(template.site_rec, minlength=len(t.rec_pos))
     files = template.vfile & ~part.slow

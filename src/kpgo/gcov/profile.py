@@ -150,8 +150,7 @@ def ipa_probability(count: int, total: int) -> int:
 
 def _site_figures(kind: str, sites: Sites) -> dict[str, int]:
     n = sites.n
-    neg = sites.total >= np.uint64(1 << 63)
-    mag = np.where(neg, ~sites.total + np.uint64(1), sites.total)
+    mag, neg = sites.magnitude()
     has = np.flatnonzero(n > 0)
     counts = sites.counts.copy()
     counts[counts >= np.uint64(1 << 63)] = 0  # a negative count is none
