@@ -45,6 +45,9 @@ def test_optimized_build_used_the_profile(tiny_summary: dict, tiny_run: Path) ->
     assert proof["objects_nonempty"] > 100
     assert proof["ratio"] >= 0.95 and proof["ok"]
     assert proof["functions_read"] > 1000
+    # An arc-only profile: no value-transform figures, and the summary says why rather than "0 of N promoted".
+    assert "values" not in proof
+    assert "value profiles: none (the profile holds arc counters only" in (tiny_run / "summary.md").read_text()
     per_object = json.loads((tiny_run / "builds" / "optimized-redis" / "proof.json").read_text())["objects"]
     assert per_object["kernel/sched/core.o"]["used"]
     sizes = tiny_summary["builds"]["optimized-redis"]["sizes"]

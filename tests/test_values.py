@@ -148,6 +148,7 @@ def test_proof_counts_the_value_transforms_gcc_applied(tmp_path: Path) -> None:
                       "divmod": 2, "stringop": 1}
     assert sites == [{"object": "t.o", "caller": "run", "target": "f", "count": 36000, "all": 40000, "promoted": True}]
     assert "1 of 2 profiled indirect calls promoted" in proof.format_values({"totals": counts})
+    assert "arc counters only" in proof.format_values(None)
 
 
 def test_values_only_for_the_instrumented_variant() -> None:

@@ -357,7 +357,8 @@ def markdown(s: dict, results: dict) -> str:
             + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}."
                if pr.get("profiled_but_not_built") else ""),
             "",
-            *([proof.format_values(pr["values"]) + ".", ""] if pr.get("values") else []),
+            proof.format_values(pr.get("values")) + ".",
+            "",
         ]
     lines += ["## Bench", "", "```", bench.format_table(results), "```", ""]
     lines += ["Phases: " + ", ".join(f"{k} {fmt_secs(v)}" for k, v in s["phases_seconds"].items()) + f"; total {fmt_secs(s['total_seconds'])}.", ""]

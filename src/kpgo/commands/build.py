@@ -83,6 +83,5 @@ def run(args: argparse.Namespace) -> int:
     if "proof" in m:
         pr = m["proof"]
         print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")
-        if pr.get("values"):
-            print(proof.format_values(pr["values"]))
+        print(proof.format_values(pr.get("values")))
     return 0

@@ -63,8 +63,11 @@ def value_transforms(profile_dump: str, estimate_dump: str, obj: str) -> tuple[d
     return counts, sites
 
 
-def format_values(values: dict) -> str:
-    """The value-transform line of `kpgo build`'s output and the summary."""
+def format_values(values: dict | None) -> str:
+    """The value-transform line of `kpgo build`'s output and the summary (`values`: the proof's, None when the
+    profile holds arc counters only)."""
+    if values is None:
+        return "value profiles: none (the profile holds arc counters only; an instrumented build with --values records them)"
     t = values["totals"]
     return (f"value profiles: {t['indirect_calls_promoted']} of {t['indirect_calls_trained']} profiled indirect calls promoted to direct "
             f"calls ({t['indirect_targets_elsewhere']} targets in another object, out of GCC's reach without LTO); "
@@ -83,9 +86,12 @@ def check(out: Path, profile: Path) -> dict:
     objects: dict[str, dict] = {}
     totals = dict.fromkeys(VALUE_KINDS, 0)
     sites: list[dict] = []
+    has_values = False  # any value counter in the profile (an instrumented build with --values)
     for src in sorted(profile.rglob("*.gcda")):
         rel = src.relative_to(profile)
-        arcs = int(read_gcda(src).counters(ARCS).sum())
+        gcda = read_gcda(src)
+        arcs = int(gcda.counters(ARCS).sum())
+        has_values = has_values or bool(gcda.counter_kinds_present() - {ARCS})
         dump = _dump_for(out, rel)
         # kernel/gcov/* and the like exist only in the instrumented kernel: no object, nothing to use.
         built = (out / rel.with_suffix(".o")).exists()
@@ -125,7 +131,7 @@ def check(out: Path, profile: Path) -> dict:
         "functions_giving_up": sum(r.get("functions_giving_up", 0) for r in objects.values()),
         "ok": bool(nonempty) and ratio >= THRESHOLD,
     }
-    if any(totals.values()):
+    if has_values:
         hot = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])[:TOP_SITES]
         result["values"] = {"totals": totals, "hot_promoted_sites": hot,
                             "method": "gcc -fdump-ipa-profile-optimized (transforms done, promotion candidates) and "
