@@ -38,7 +38,9 @@ def test_client_flag_only_on_steps_that_drive_the_server() -> None:
     assert any("client = true" in p for p in workloads.validate(spec))
 
 
-def test_hostfwd_binds_127_0_0_1_only(tmp_path: Path) -> None:
+def test_forwards_from_127_0_0_1_only(tmp_path: Path) -> None:
+    """The command lines: QEMU's NIC on a stream to passt, passt forwarding the workload's port and the
+    control port from 127.0.0.1 only, TCP only, pinned beside the client; QEMU on the other cores."""
     wl = workloads.load_many("redis", ["port=6399"], "host")[0]
     placement = client.plan(wl, None)
     net = client.HostClient(wl, placement, tmp_path / "client", tmp_path / "client.log")
@@ -46,16 +48,79 @@ def test_hostfwd_binds_127_0_0_1_only(tmp_path: Path) -> None:
     kernel.write_bytes(b"")
     argv = [str(a) for a in vm.vng_argv(kernel, "true", guest=vm.Guest(), accel="tcg", net=net)]
     [opts] = [a for a in argv if a.startswith("--qemu-opts=") and "netdev" in a]
-    fwds = [f for f in opts.split(",") if f.startswith("hostfwd=")]
-    assert len(fwds) == 2  # the workload's port and the control connection
-    assert all(f.startswith("hostfwd=tcp:127.0.0.1:") for f in fwds), fwds
-    assert f"hostfwd=tcp:127.0.0.1:6399-{client.GUEST_ADDR}:6399" in fwds
-    assert "restrict=on" in opts and "virtio-net-pci" in opts
-    if len(os.sched_getaffinity(0)) >= 2:  # QEMU pinned to the cores the client leaves
+    assert f"-netdev stream,id=kpgonet,server=off,addr.type=unix,addr.path={net.socket} " in opts and "virtio-net-pci" in opts
+    assert "hostfwd" not in opts and "-netdev user" not in opts
+    passt = net.passt_argv()
+    fwds = [passt[i + 1] for i, a in enumerate(passt) if a == "--tcp-ports"]
+    assert fwds == ["127.0.0.1/6399", f"127.0.0.1/{net.control_port}:{client.CONTROL_PORT}"]
+    for off in ("--no-udp", "--no-icmp", "--no-dhcp", "--ipv4-only"):
+        assert off in passt
+    assert not any(a in passt for a in ("-u", "--udp-ports", "-T", "-U"))
+    if len(os.sched_getaffinity(0)) >= 2:  # QEMU pinned to the cores the client leaves, passt beside the client
         cores = sorted(os.sched_getaffinity(0))
         assert argv[:3] == ["taskset", "-c", ",".join(map(str, cores[:-1]))]
+        assert passt[:3] == ["taskset", "-c", str(cores[-1])]
         assert placement.client_cpus == (cores[-1],) and placement.vcpus == len(cores) - 1
         assert argv[argv.index("--cpus") + 1] == str(len(cores) - 1)
+    assert placement.network == "passt"
+    net.close()
+
+
+def _other_local_address() -> str | None:
+    """An address of this host that is not loopback (where a forward bound to 0.0.0.0 would also listen)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing address
+        except OSError:
+            return None
+        addr = s.getsockname()[0]
+    return None if addr.startswith("127.") else addr
+
+
+def test_passt_listens_on_127_0_0_1_only(tmp_path: Path) -> None:
+    """The real passt with kpgo's command line (no guest): the forwarded ports accept on 127.0.0.1 and
+    nowhere else, and stopping it leaves nothing listening."""
+    port = client._free_port()
+    wl = workloads.load_many("redis", [f"port={port}"], "host")[0]
+    net = client.HostClient(wl, client.plan(wl, None), tmp_path / "client", tmp_path / "client.log")
+    net._start_network()
+    try:
+        for p in (port, net.control_port):
+            socket.create_connection(("127.0.0.1", p), timeout=5).close()
+            other = _other_local_address()
+            if other is not None:
+                with pytest.raises(OSError):
+                    socket.create_connection((other, p), timeout=5).close()
+    finally:
+        net.stop()
+        net.close()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    assert not net.socket.parent.exists()
+
+
+def test_a_server_that_speaks_first_goes_through_slirp(tmp_path: Path) -> None:
+    """mysql greets first, which Debian 12's passt cannot forward: QEMU's slirp, restricted, forwarding from 127.0.0.1 only."""
+    specs = {s.name: s for s in workloads.load_many("all", client="host") if client.placement_of(s) == "host"}
+    assert {n: client.network_of(s) for n, s in specs.items()} == {n: "slirp" if n == "mysql" else "passt" for n in NETWORK}
+    wl = specs["mysql"]
+    net = client.HostClient(wl, client.plan(wl, None), tmp_path / "client", tmp_path / "client.log")
+    opts = net.qemu_opts()
+    fwds = [f.split()[0] for f in opts.split(",") if f.startswith("hostfwd=")]
+    control = f"hostfwd=tcp:127.0.0.1:{net.control_port}-{client.GUEST_ADDR}:{client.CONTROL_PORT}"
+    assert fwds == [f"hostfwd=tcp:127.0.0.1:3307-{client.GUEST_ADDR}:3307", control]
+    assert "restrict=on" in opts and "stream" not in opts
+    net._start_network()  # nothing to start: slirp is QEMU's own
+    assert net._passt is None
+    net.close()
+
+
+def test_missing_passt_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client.proc, "which", lambda tool: None)
+    with pytest.raises(UserError, match="--client host needs passt") as e:
+        client.check_network(workloads.load_many("redis", client="host")[0])
+    assert "apt-get install passt" in str(e.value.hint)
+    client.check_network(workloads.load_many("mysql", client="host")[0])  # slirp: passt not needed
 
 
 def test_guest_placement_keeps_the_command_line() -> None:

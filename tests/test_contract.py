@@ -35,11 +35,12 @@ RATE = {"argv": ["echo", "rate 5 ops 10"], "metric": r"rate (?P<value>[0-9.]+)",
 
 def test_job_round_trip_keeps_the_wire_format() -> None:
     wl = one_step(RATE)
-    host = contract.Client(where="host", rundir="/r/client", control_port=7399, guest_addr="10.0.2.15")
+    host = contract.Client(where="host", rundir="/r/client", control_port=7399, guest_addr="10.0.2.15", gateway="10.0.2.2")
     job = contract.Job(mode="collect", workload=wl, runs=2, build_dir="/b", sim=True, sim_boot=False, client=host, tools_dir="/t")
     data = json.loads(json.dumps(job.to_json()))
     assert data == {"mode": "collect", "workload": wl.to_json(), "runs": 2, "build_dir": "/b", "sim": True, "sim_boot": False,
-                    "client": {"where": "host", "rundir": "/r/client", "control_port": 7399, "guest_addr": "10.0.2.15"}, "tools_dir": "/t"}
+                    "client": {"where": "host", "rundir": "/r/client", "control_port": 7399, "guest_addr": "10.0.2.15",
+                               "gateway": "10.0.2.2"}, "tools_dir": "/t"}
     assert contract.Job.from_json(data) == job
     plain = contract.Job(mode="bench", workload=wl)  # no simulator, no host client: their keys are absent, as before
     assert plain.to_json() == {"mode": "bench", "workload": wl.to_json(), "runs": 1, "tools_dir": ""}

@@ -114,7 +114,7 @@ def test_to_json_is_plain_json_data_of_its_own() -> None:
 
 def test_job_round_trip_with_a_shipped_workload() -> None:
     wl = workloads.load_many("redis", ["clients=4"], client="host")[0]
-    host = contract.Client(where="host", rundir="/r/client", control_port=7399, guest_addr="10.0.2.15")
+    host = contract.Client(where="host", rundir="/r/client", control_port=7399, guest_addr="10.0.2.15", gateway="10.0.2.2")
     job = contract.Job(mode="bench", workload=wl, runs=2, client=host, tools_dir="/t")
     data = json.loads(json.dumps(job.to_json()))
     again = contract.Job.from_json(data)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kpgo.errors import InfraError, UserError
 
@@ -37,6 +38,7 @@ PACKAGES: dict[str, str] = {
     "objdump": "binutils",
     "size": "binutils",
     "tar": "tar",
+    "passt": "passt",
 }
 
 
@@ -217,7 +219,7 @@ class _Reaper:
         self._dog.wait()
 
 
-def _kill_group(p: subprocess.Popen[str]) -> None:
+def _kill_group(p: subprocess.Popen[Any]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(p.pid, sig)
@@ -228,6 +230,44 @@ def _kill_group(p: subprocess.Popen[str]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+class Service:
+    """A helper that runs beside a step (passt beside a guest): started by `start`, ended by `stop`, its
+    output in `log`. Own process group, tied to this process's life like `run`'s children."""
+
+    def __init__(self, argv: Sequence[object], *, log: Path, ready: tuple[Callable[[], bool], float], what: str) -> None:
+        cmd = [str(a) for a in argv]
+        _need_program(cmd[0])
+        _show(cmd)
+        self.what = what
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as logf:
+            logf.write(f"\n$ {' '.join(cmd)}\n")
+            self._p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                       env={**os.environ, "PATH": search_path()}, start_new_session=True)
+        self._reaper = _Reaper(self._p.pid)
+        self._stopped = False
+        is_ready, seconds = ready
+        deadline = time.monotonic() + seconds
+        while not is_ready():
+            if self._p.poll() is not None or time.monotonic() > deadline:
+                status = f"ended with status {self._p.returncode}" if self._p.poll() is not None else f"was not ready within {seconds:.0f} s"
+                self.stop()
+                raise InfraError(f"{what} {status}", f"log: {log}")
+            time.sleep(0.05)
+
+    def alive(self) -> bool:
+        return self._p.poll() is None
+
+    def stop(self) -> None:
+        """End it (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        _kill_group(self._p)
+        self._reaper.release()
 
 
 def capture(argv: Sequence[object], *, cwd: Path | None = None, timeout: float = 60, env: Mapping[str, str] | None = None) -> str:

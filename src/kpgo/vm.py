@@ -150,6 +150,44 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
     if placement.client == "host":
         client.check_ports_free(job.workload)
         net = client.HostClient(job.workload, placement, rundir / "client", log.with_name("client.log"))
+    try:
+        res = _run_agent(kernel, rundir, job, cmd, guest, log, accel, sim, report, net)
+    finally:
+        if net is not None:
+            net.close()
+    result_file = rundir / "result.json"
+    # Why the host client failed (it never reached the agent, say), beside what the guest saw.
+    host_side = f"; the host client: {net.error}" if net is not None and net.error else ""
+    if res.stalled:
+        raise InfraError(f"the guest did not start kpgo's agent within {guest.start_timeout:.0f} s, twice, and was killed{host_side}",
+                         f"console log: {log}")
+    if res.timed_out:
+        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed{host_side}", f"console log: {log}")
+    if not result_file.exists():
+        tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
+        raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}{host_side}", f"console log: {log}")
+    result = contract.Result.from_json(json.loads(result_file.read_text()))
+    result.placement = placement.as_json()
+    if not result.ok:
+        # The tails of the failing step's output and of the server's log say why, in place.
+        for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):
+            for ln in (text or "").strip().splitlines()[-6:]:
+                print(f"  {tag}| {ln}", file=sys.stderr)
+        raise InfraError(f"workload {job.workload.name} failed in the guest ({result.phase}): {result.error}{host_side}", f"console log: {log}")
+    if sim is not None:
+        windows = simulator.read_windows(report)
+        if sim.boot and windows:
+            result.sim_boot = windows.pop(0)  # power-on to the agent's start
+        if len(windows) != len(result.runs):
+            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
+                             f"report: {report}; console log: {log}")
+        result.sim = windows
+    return result
+
+
+def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: Guest, log: Path, accel: str,
+               sim: simulator.SimConfig | None, report: Path, net: client.HostClient | None) -> proc.Result:
+    """run_agent's boot: the job written, the guest booted (twice if its kernel panicked or hung early)."""
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net)  # checks the kernel first
     if sim is not None:
         prepare_sim(report, accel)
@@ -185,30 +223,4 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         log.rename(log.with_name(log.name + (".stalled" if res.stalled else ".panic")))
         if sim is not None:
             simulator.clean_report(report)
-    # Why the host client failed (it never reached the agent, say), beside what the guest saw.
-    host_side = f"; the host client: {net.error}" if net is not None and net.error else ""
-    if res.stalled:
-        raise InfraError(f"the guest did not start kpgo's agent within {guest.start_timeout:.0f} s, twice, and was killed{host_side}",
-                         f"console log: {log}")
-    if res.timed_out:
-        raise InfraError(f"the guest did not finish within {guest.timeout:.0f} s and was killed{host_side}", f"console log: {log}")
-    if not result_file.exists():
-        tail = " | ".join(ln.strip() for ln in res.output.strip().splitlines()[-3:])
-        raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}{host_side}", f"console log: {log}")
-    result = contract.Result.from_json(json.loads(result_file.read_text()))
-    result.placement = placement.as_json()
-    if not result.ok:
-        # The tails of the failing step's output and of the server's log say why, in place.
-        for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):
-            for ln in (text or "").strip().splitlines()[-6:]:
-                print(f"  {tag}| {ln}", file=sys.stderr)
-        raise InfraError(f"workload {job.workload.name} failed in the guest ({result.phase}): {result.error}{host_side}", f"console log: {log}")
-    if sim is not None:
-        windows = simulator.read_windows(report)
-        if sim.boot and windows:
-            result.sim_boot = windows.pop(0)  # power-on to the agent's start
-        if len(windows) != len(result.runs):
-            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
-                             f"report: {report}; console log: {log}")
-        result.sim = windows
-    return result
+    return res

@@ -58,6 +58,7 @@ def prepare_workloads(specs: list[Workload]) -> None:
     install.require(specs)
     for s in specs:
         if client.placement_of(s) == "host":
+            client.check_network(s)
             client.check_ports_free(s)
 
 

@@ -335,7 +335,7 @@ class Control:
 
     def __init__(self, spec):
         self.rundir = spec.rundir  # the client's run dir on the host
-        bring_up_network(spec.guest_addr)
+        bring_up_network(spec.guest_addr, spec.gateway)
         server = socket.create_server((spec.guest_addr, spec.control_port))
         server.settimeout(120)
         print("kpgo-agent: control ready", flush=True)  # the host connects on this line
@@ -347,6 +347,13 @@ class Control:
             server.close()
         conn.settimeout(None)
         self.file = conn.makefile("rw", encoding="utf-8", newline="\n")
+        # The host speaks first (passt completes a forwarded connection's handshake with the guest
+        # only when the host sends), and waits for the answer to know its connection reached the agent.
+        line = self.file.readline()
+        if not line or json.loads(line).get("op") != "hello":
+            raise Failure("the host client's control connection did not start with its hello")
+        self.file.write(json.dumps({"op": "hello"}) + "\n")
+        self.file.flush()
 
     def call(self, msg):
         self.file.write(json.dumps(msg) + "\n")
@@ -375,14 +382,31 @@ class Control:
 CONTROL = None  # set in main() when the job's client runs on the host
 
 
-def bring_up_network(addr):
-    """The virtio NIC on QEMU's user network (address fixed by QEMU; no DHCP, no route: the host's
-    forwarded connections arrive from 10.0.2.2 on the same subnet)."""
+def bring_up_network(addr, gateway):
+    """The virtio NIC on passt (kpgo/client.py): a fixed address, no DHCP, and a route to the gateway
+    only, where the host's forwarded connections come from. passt learns the guest's MAC address
+    from the guest's first frame, and until then cannot deliver a connection to it: one datagram to
+    the gateway (which passt drops) sends that frame, an ARP request, and passt's ARP reply shows
+    it arrived."""
     nics = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
     if not nics:
         raise Failure("the guest has no network device (the kernel needs CONFIG_VIRTIO_NET for --client host)")
-    for argv in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{addr}/24", "dev", nics[0]], ["ip", "link", "set", nics[0], "up"]):
+    for argv in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{addr}/32", "dev", nics[0]], ["ip", "link", "set", nics[0], "up"],
+                 ["ip", "route", "add", f"{gateway}/32", "dev", nics[0]]):
         run(argv, 30, "network setup")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"kpgo", (gateway, 9))
+    deadline = time.monotonic() + 60
+    while not gateway_resolved(gateway):
+        if time.monotonic() > deadline:
+            raise Failure(f"the host's network (passt) did not answer the guest's ARP request for {gateway} within 60 s")
+        time.sleep(0.1)
+
+
+def gateway_resolved(gateway):
+    """The ARP entry of `gateway` is complete (flags 0x2 in /proc/net/arp)."""
+    with open("/proc/net/arp") as f:
+        return any(ln.split()[0] == gateway and int(ln.split()[2], 16) & 0x2 for ln in list(f)[1:] if len(ln.split()) >= 3)
 
 
 def run_step(step, name, params, what):

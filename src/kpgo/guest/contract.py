@@ -74,6 +74,7 @@ class Server(_Part):
     argv: tuple[str, ...]
     ready_tcp: str  # HOST:PORT (a template) that accepts once the server is ready
     ready_timeout: float | None = None  # seconds; None: the agent's default
+    speaks_first: bool = False  # sends before the client on a new connection (MySQL's greeting): kpgo.client picks its network
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,9 @@ class Client:
 
     where: str  # "host"
     rundir: str  # the client's run dir on the host, in place of the guest's for client steps
-    control_port: int  # the agent listens here; QEMU forwards it from the host
+    control_port: int  # the agent listens here; passt forwards it from the host
     guest_addr: str
+    gateway: str  # the host as the guest sees it (the forwarded connections' source)
 
 
 @dataclass(frozen=True)

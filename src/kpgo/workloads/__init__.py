@@ -62,7 +62,7 @@ REQUIRED = ("name", "description", "unit", "higher_is_better", "aggregate", "par
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "step": {"name": str, "argv": list, "each": str, "client": bool, "timeout": (int, float), "metric": str, "ops": str,
              "ops_per_part": (str, int), "secondary": dict},
-    "server": {"argv": list, "ready_tcp": str, "ready_timeout": (int, float)},
+    "server": {"argv": list, "ready_tcp": str, "ready_timeout": (int, float), "speaks_first": bool},
     "files": {"path": str, "text": str},
     "build": {"output": str, "source": str, "argv": list},
     "paper": {"params": str, "source": str},
