@@ -1,6 +1,7 @@
-"""SIGKILL of `kpgo run` in a kernel build, in a guest and in a bench boot, then the same command again: it
-completes, redoes only the interrupted step (and what depends on its output), and nothing kpgo started (make,
-the compilers, QEMU) outlives the killed kpgo by more than a few seconds.
+"""SIGKILL of `kpgo run` in a kernel build, in a guest and in a bench boot, and of `kpgo collect` in the guest's
+snapshot and while it writes the profile directory, then the same command again: it completes, redoes only the
+interrupted step (and what depends on its output), and nothing kpgo started (make, the compilers, QEMU, passt)
+outlives the killed kpgo by more than a few seconds.
 
 Each case works on a copy of the session's tiny run with one step's output removed, so the rerun has that step
 (and only it) to do. A rebuilt kernel or a new profile changes what depends on it (the optimized kernel of a new
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,3 +83,46 @@ def test_killed_run_resumes(case: str, remove: Callable[[Path], None], started: 
     assert redone and redone <= may_redo, f"redone: {redone}; allowed: {may_redo}"
     if case == "bench-boot":
         assert "11 of 12 boots kept" in res.stderr
+
+
+# The moments of a collect to kill at: files that exist only then (in the profile's temporary directory).
+MOMENTS = {
+    "snapshot": ("*.partial/guest/gcda.tar.partial", "*.partial/guest/gcda.tar"),  # the guest copying its tar out
+    "results": ("*.partial/log/guest-result.json",),  # kpgo writing the profile directory
+}
+
+
+@pytest.mark.parametrize("moment", sorted(MOMENTS))
+def test_killed_collect_then_rerun(tiny_run: Path, tmp_path: Path, moment: str) -> None:
+    """A host-client collect, so that passt and the host's load generator are among what must not outlive kpgo;
+    no profile appears under its final name, and the rerun leaves nothing of the killed one behind."""
+    out = tmp_path / "profile"
+    args = ["collect", tiny_run / "builds" / "instrumented", "--workload", "redis", "--client", "host",
+            "--set", "redis.requests=4000", "-o", out]
+    with open(tmp_path / "killed.log", "w") as log:
+        p = subprocess.Popen([sys.executable, "-m", "kpgo", *map(str, args)], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    hit: list[Path] = []
+    while not hit and p.poll() is None and time.monotonic() < deadline:
+        hit = [h for pattern in MOMENTS[moment] for h in tmp_path.glob(pattern)]
+        time.sleep(0.02)
+    assert hit, f"kpgo ended (status {p.poll()}) before the {moment}: {(tmp_path / 'killed.log').read_text()[-2000:]}"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    passt = f"passt --foreground .*{tempfile.gettempdir()}/.kpgo-net.{p.pid}."
+    deadline = time.monotonic() + 10
+    while (_leftovers(tmp_path) or _leftovers_matching(passt)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _leftovers(tmp_path), f"processes outlived the killed kpgo: {_leftovers(tmp_path)}"
+    assert not _leftovers_matching(passt), "passt outlived the killed kpgo"
+    assert not out.exists(), "a profile appeared under its final name"
+    res = kpgo(*args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(list(out.rglob("*.gcda"))) > 100 and (out / "profile.json").is_file()
+    assert not list(tmp_path.glob("*.partial")), "the killed writer's temporary profile directory is still there"
+    assert not list(Path(tempfile.gettempdir()).glob(f".kpgo-net.{p.pid}.*")), "the killed kpgo's passt directory is still there"
+
+
+def _leftovers_matching(pattern: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()

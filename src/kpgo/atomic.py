@@ -38,6 +38,13 @@ def sweep(path: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
+def scratch_dir(path: Path) -> Path:
+    """A new private directory beside `path`, named with this process's pid like every temporary sibling, so the
+    next kpgo removes it if this one is killed before it does (sweep)."""
+    sweep(path)
+    return Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".partial"))
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     with full_disk_names(path):
         path.parent.mkdir(parents=True, exist_ok=True)

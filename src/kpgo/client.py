@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kpgo import proc
+from kpgo import atomic, proc
 from kpgo.errors import UserError
 from kpgo.guest import contract
 
@@ -139,7 +139,7 @@ class HostClient:
         self._thread: threading.Thread | None = None
         # passt's socket: in a private directory outside the run dir (a path under /root is closed to
         # the user passt switches to when started as root) and short enough for a UNIX socket name.
-        self._sockdir = Path(tempfile.mkdtemp(prefix="kpgo-net-"))
+        self._sockdir = atomic.scratch_dir(Path(tempfile.gettempdir()) / "kpgo-net")
         self.socket = self._sockdir / "passt.sock"
         self._passt: proc.Service | None = None
 
