@@ -6,15 +6,17 @@ by QEMU's `-netdev stream`, or QEMU's own slirp for a server that speaks first. 
 socket listens with a backlog of 1, so under TCG with 24 or more clients connecting at once it
 stalls; passt does not, but Debian 12's passt (2023-03) acknowledges the guest's SYN-ACK of a
 forwarded connection only when the host side sends, so a server that greets first (MySQL) never
-completes the handshake through it (docs/WORKLOADS.md, "Client placement"). The guest agent stays in charge of the run exactly as
-with a guest client (server start, warm-up, counter reset, simulator window, parsing): for each
-client step it sends the filled command line over the control connection, this module runs it on
-the host (pinned to its own core) and answers with its exit status and output. The handshake
-needs no guessed sleeps: the host connects once the agent prints CONTROL_READY on the console,
-and the agent waits for that connection.
+completes the handshake through it (docs/WORKLOADS.md, "Which user-mode network").
 
-Protocol (one JSON object per line): host → {"op": "hello"}, agent → {"op": "hello"}; then agent → {"op": "run", "argv": [...], "timeout": s, "what": str}
-answered by {"status": int, "output": str, "timed_out": bool}; agent → {"op": "bye"} at the end."""
+The guest agent stays in charge of the run exactly as with a guest client (server start, warm-up,
+counter reset, simulator window, parsing): for each client step it sends the filled command line
+over the control connection, this module runs it on the host (pinned to its own core) and answers
+with its exit status and output. The handshake needs no guessed sleeps: the host connects once the
+agent prints CONTROL_READY on the console, and the agent waits for that connection.
+
+Protocol (one JSON object per line): host → {"op": "hello"} answered by agent → {"op": "hello"}; then
+agent → {"op": "run", "argv": [...], "timeout": s, "what": str} answered by {"status": int, "output": str,
+"timed_out": bool}; agent → {"op": "bye"} at the end."""
 
 from __future__ import annotations
 
