@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 from conftest import workload
@@ -32,6 +33,16 @@ def test_ratio_ci_includes_one_for_noise() -> None:
 def test_ratio_ci_needs_two_samples() -> None:
     r, lo, hi = stats.ratio_ci([100.0], [110.0])
     assert math.isclose(r, 1.1) and math.isnan(lo) and math.isnan(hi)
+
+
+def test_a_count_that_is_zero_on_the_baseline_has_no_ratio_and_no_warning() -> None:
+    # Kernel indirect branches/op under retpolines: 0 in every boot of every kernel (seen on the server kernel).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = stats.ratio_record([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+        g, glo, ghi = stats.geomean_ci([([0.0, 0.0], [0.0, 0.0]), ([100.0, 101.0], [90.0, 91.0])])
+    assert math.isnan(rec["ratio"]) and math.isnan(rec["ci_low"]) and rec["ci_includes_1"]
+    assert math.isnan(g) and math.isnan(glo) and math.isnan(ghi)
 
 
 def test_geomean_ci_of_two_workloads() -> None:

@@ -29,7 +29,8 @@ def ratio_resamples(base: list[float], other: list[float], rng: np.random.Genera
         return None
     bm = b[rng.integers(0, len(b), size=(resamples, len(b)))].mean(axis=1)
     om = o[rng.integers(0, len(o), size=(resamples, len(o)))].mean(axis=1)
-    return om / bm
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count that is 0 on the baseline has no ratio: NaN, quietly
+        return om / bm
 
 
 def interval(dist: np.ndarray | None, level: float = LEVEL) -> tuple[float, float]:
@@ -42,7 +43,8 @@ def interval(dist: np.ndarray | None, level: float = LEVEL) -> tuple[float, floa
 
 def ratio_ci(base: list[float], other: list[float], *, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 1) -> tuple[float, float, float]:
     """mean(other)/mean(base) and its percentile-bootstrap CI, resampling boots within each kernel."""
-    point = float(np.mean(other) / np.mean(base))
+    with np.errstate(divide="ignore", invalid="ignore"):  # e.g. kernel indirect branches under retpolines: 0 on both
+        point = float(np.mean(other) / np.mean(base))
     lo, hi = interval(ratio_resamples(base, other, np.random.default_rng(seed), resamples), level)
     return point, lo, hi
 
@@ -71,11 +73,13 @@ def geomean_ci(pairs: list[tuple[list[float], list[float]]], *, level: float = L
     bootstrap replicate). NaN CI if any workload has fewer than two boots on a side."""
     if not pairs:
         return float("nan"), float("nan"), float("nan")
-    point = float(np.exp(np.mean([np.log(np.mean(o) / np.mean(b)) for b, o in pairs])))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a workload whose baseline count is 0 makes it NaN
+        point = float(np.exp(np.mean([np.log(np.mean(o) / np.mean(b)) for b, o in pairs])))
     rng = np.random.default_rng(seed)
     dists = [ratio_resamples(b, o, rng, resamples) for b, o in pairs]
     if any(d is None for d in dists):
         return point, float("nan"), float("nan")
-    logs = np.mean([np.log(d) for d in dists if d is not None], axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.mean([np.log(d) for d in dists if d is not None], axis=0)
     lo, hi = interval(np.exp(logs), level)
     return point, lo, hi
