@@ -73,13 +73,12 @@ def geomean_ci(pairs: list[tuple[list[float], list[float]]], *, level: float = L
     bootstrap replicate). NaN CI if any workload has fewer than two boots on a side."""
     if not pairs:
         return float("nan"), float("nan"), float("nan")
-    with np.errstate(divide="ignore", invalid="ignore"):  # a workload whose baseline count is 0 makes it NaN
-        point = float(np.exp(np.mean([np.log(np.mean(o) / np.mean(b)) for b, o in pairs])))
     rng = np.random.default_rng(seed)
     dists = [ratio_resamples(b, o, rng, resamples) for b, o in pairs]
-    if any(d is None for d in dists):
-        return point, float("nan"), float("nan")
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # a workload whose baseline count is 0 makes it NaN, quietly
+        point = float(np.exp(np.mean([np.log(np.mean(o) / np.mean(b)) for b, o in pairs])))
+        if any(d is None for d in dists):
+            return point, float("nan"), float("nan")
         logs = np.mean([np.log(d) for d in dists if d is not None], axis=0)
     lo, hi = interval(np.exp(logs), level)
     return point, lo, hi
