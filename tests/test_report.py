@@ -277,6 +277,8 @@ def test_one_presentation_of_ratios(tmp_path: Path) -> None:
         assert f"{own['ratio']:.3f} {present.ci(own['ci_low'], own['ci_high']):>18}{present.mark(own, pad=True)}" in table
     assert present.footnote() in table and present.md_escape(present.footnote()) in md
     assert present.md_escape(present.footnote("95% CI (bootstrap over boots)")) in summary
+    # A recorded arc-only run: the summary says why there are no value figures rather than "0 of N promoted".
+    assert "value profiles: none (the profile holds arc counters only" in summary
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "bad-json", "old-schema", "not-object"])

@@ -1,19 +1,16 @@
 """Value profiles on a real kernel (issue 14, docs/VALUES.md): the tiny gcov kernel built with kpgo's patch and GCC
 plugin boots, runs redis and records value profiles; the optimized kernel built from them proves, from GCC's dumps,
-which value transforms it applied. One instrumented and one optimized tiny build, shared by the tests here."""
+which value transforms it applied. The kernels and profiles are the tiny run's (conftest: `kpgo run ... --values`)."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from conftest import kpgo
 
 pytestmark = pytest.mark.vm
 
@@ -26,35 +23,10 @@ class ValueKernels:
     optimized: Path
 
 
-def _build_key(build_dir: Path) -> str | None:
-    try:
-        return json.loads((build_dir / "build.json").read_text())["key"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 @pytest.fixture(scope="module")
-def value_kernels(test_dir: Path) -> ValueKernels:
-    # Run after the tiny run (file order), the optimized build reuses its all-zero-profile objects from ccache.
-    d = test_dir / "values"
-    k = ValueKernels(d / "instrumented", d / "profile", d / "profile-fixed", d / "optimized")
-    res = kpgo("build", "--base", "tiny", "--variant", "instrumented", "--values", "-o", k.instrumented)
-    assert res.returncode == 0, res.stderr[-3000:]
-    try:  # collected from today's instrumented kernel, or again
-        current = json.loads((k.profile / "profile.json").read_text())["build_key"] == _build_key(k.instrumented)
-    except (OSError, ValueError, KeyError):
-        current = False
-    if not current:
-        shutil.rmtree(k.profile, ignore_errors=True)
-        shutil.rmtree(k.fixed, ignore_errors=True)
-        res = kpgo("collect", k.instrumented, "--workload", "redis", "--set", "redis.requests=30000", "-o", k.profile)
-        assert res.returncode == 0, res.stderr[-3000:]
-    if not (k.fixed / "profile.json").exists():
-        res = kpgo("profile", "fix", k.profile, "-o", k.fixed)
-        assert res.returncode == 0, res.stderr[-3000:]
-    res = kpgo("build", "--base", "tiny", "--variant", "optimized", "--profile", k.fixed, "-o", k.optimized)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return k
+def value_kernels(tiny_run: Path) -> ValueKernels:
+    return ValueKernels(tiny_run / "builds" / "instrumented", tiny_run / "profiles" / "redis.raw", tiny_run / "profiles" / "redis",
+                        tiny_run / "builds" / "optimized-redis")
 
 
 def test_value_kernel_is_built_from_the_patched_source_with_the_plugin(value_kernels: ValueKernels) -> None:

@@ -1,6 +1,7 @@
-"""Every workload, for real, once, in a guest: `kpgo collect --workload all` on the tiny
-instrumented kernel (short windows), so each server starts, each load generator runs, each
-metric is parsed and positive, and each workload yields its own profile."""
+"""Every workload, for real, once, in a guest: a collection on the tiny instrumented kernel (short
+windows; conftest's all_profiles), so each server starts, each load generator runs, each metric is
+parsed and positive, and each workload yields its own profile — value profiles included, as the
+kernel records them (the tiny run is built with --values)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHORT, kpgo
+from conftest import SHORT, WORKLOADS, kpgo
 
 pytestmark = pytest.mark.vm
 
-@pytest.mark.parametrize("name", ["apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb"])
-def test_workload_ran_in_guest(all_profiles: Path, name: str) -> None:
-    prof = all_profiles / name
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_workload_ran_in_guest(all_profiles: dict[str, Path], name: str) -> None:
+    prof = all_profiles[name]
     meta = json.loads((prof / "profile.json").read_text())
     assert meta["workload"]["name"] == name
     assert meta["throughput"] > 0 and all(v > 0 for v in meta["throughput_parts"].values())
     assert meta["files"] > 300 and meta["arcs_sum"] > 0
+    assert meta["value_profiles"]["used_nodes"] > 0  # the value-profiling kernel ran this workload too
     assert 0 < meta["kernel_share"] <= 1  # guest CPU time in the kernel over the window
     raw = list((prof / "log").glob("load-0-*.txt"))
     assert raw, "raw generator output kept"
