@@ -281,7 +281,9 @@ def _build(req: BuildRequest) -> dict:
         build["ok"] = build["proof"]["ok"]
     _remember_count(req, compiled)
     atomic.write_json(out / "build.json", build)
-    say(f"build {name}: done in {fmt_secs(t_total)} ({compiled} objects compiled) — {out / 'arch/x86/boot/bzImage'}")
+    reused = build["reuse"]["reused"]
+    objects = f"{compiled - reused} objects compiled, {reused} reused from ccache" if reused else f"{compiled} objects compiled"
+    say(f"build {name}: done in {fmt_secs(t_total)} ({objects}) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None:
         proof.enforce(build["proof"], out)
     return build
