@@ -164,6 +164,32 @@ def test_cli_writes_every_supported_section(tmp_path: Path, dataset: Path) -> No
     assert cmp["data"]["pairs"] and all(p["change"] == pytest.approx(1.0) for p in cmp["data"]["pairs"])
 
 
+def test_per_host_table_of_a_cluster_bench(tmp_path: Path) -> None:
+    """A bench on a cluster (here: the recorded tiny run, its two rounds put on two hosts as `--cluster` does, each
+    round whole on one host): the header has each cell's boots per host and, within the host, the ratio to the
+    baseline on the headline metric; a single-machine bench has no such table."""
+    run_dir = copy_run(DATA / "tiny-cross-sim", tmp_path / "run")
+    doc, _, _ = report(run_dir, tmp_path / "single")
+    assert "per_host" not in doc["sections"]["header"]["data"]
+    res = load(run_dir / "bench" / "results.json")
+    nodes = ["a1" * 20, "b2" * 20]
+    for smp in res["samples"]:
+        smp["host"] = {"node_id": nodes[smp["round"]], "hostname": f"h{smp['round']}"}
+    res["hosts"] = {n: {"hostname": f"h{i}", "cpu_model": "AMD EPYC", "rounds": [i], "boots": 6} for i, n in enumerate(nodes)}
+    (run_dir / "bench" / "results.json").write_text(json.dumps(res))
+    doc, md, _ = report(run_dir)
+    rows = doc["sections"]["header"]["data"]["per_host"]
+    assert len(rows) == len(res["samples"])  # two boots per cell, one round on each host
+    for row in rows:
+        [smp] = [x for x in res["samples"] if x["workload"] == row["workload"] and x["kernel"] == row["kernel"]
+                 and x["host"]["node_id"] == row["node_id"]]
+        [base] = [x for x in res["samples"] if x["workload"] == row["workload"] and x["kernel"] == res["baseline"]
+                  and x["host"]["node_id"] == row["node_id"]]
+        assert row["mean"] == pytest.approx(smp["sim_per_op"]["kernel_insns_per_op"])
+        assert row["ratio_within_host"] == pytest.approx(smp["sim_per_op"]["kernel_insns_per_op"] / base["sim_per_op"]["kernel_insns_per_op"])
+    assert "Per host (each round whole on one host)" in md and f"h1 [{nodes[1][:8]}]" in md
+
+
 def test_numbers_match_results(tmp_path: Path, dataset: Path) -> None:
     run_dir = copy_run(dataset, tmp_path / "run")
     res = load(run_dir / "bench" / "results.json")

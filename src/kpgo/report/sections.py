@@ -126,6 +126,10 @@ def header(ctx: Context) -> Section | Skipped:
             ("simulated counters", measure.sim_model(res) if sim else "none"),
             *([("hosts", bench.hosts_line(res).removeprefix("on "))] if res.get("hosts") else []),
         ]))
+        if res.get("hosts"):
+            table, per_host = _per_host(res)
+            blocks.append(table)
+            data["per_host"] = per_host
         kernels = res.get("kernels") or {}
         blocks.append(Table("Kernels compared", ["label", "variant", "release", "build directory"],
                             [[k, str((kernels.get(k) or {}).get("variant", "–")), str((kernels.get(k) or {}).get("kernel_release", "–")),
@@ -150,6 +154,33 @@ def header(ctx: Context) -> Section | Skipped:
     how = f"Guests under {accel}" if accel != "bare metal" else "Bare metal"
     how += "; wall-clock throughput" + ("; simulated counters" if sim else "") if res is not None else "; no bench results"
     return Section(HEADER, how + ".", blocks, data)
+
+
+def _per_host(res: dict[str, Any]) -> tuple[Table, list[dict[str, Any]]]:
+    """On a cluster: each cell's boots per host and, within the host, its ratio to the baseline on the headline metric
+    (each round is whole on one host, so a host holds every kernel of its rounds): a host that differs shows here."""
+    sim = measure.has_sim(res) and all(s.get("sim_per_op") for s in res["samples"])
+    metric = "kernel_insns_per_op" if sim else "mean"
+    title = present.metric_title(metric, short=True) if sim else "wall-clock mean"
+    hosts = res.get("hosts") or {}
+    cells: dict[tuple[str, str, str], list[float]] = {}
+    for smp in res["samples"]:
+        node = str((smp.get("host") or {}).get("node_id"))
+        value = smp["sim_per_op"][metric] if sim else smp["mean"]
+        cells.setdefault((smp["workload"], node, smp["kernel"]), []).append(float(value))
+    order = kernel_order(res)
+    rows, data = [], []
+    for (wl, node, kernel), values in sorted(cells.items(), key=lambda c: (c[0][0], c[0][1], order.index(c[0][2]) if c[0][2] in order else len(order))):
+        mean = sum(values) / len(values)
+        base = cells.get((wl, node, res["baseline"]))
+        ratio = mean / (sum(base) / len(base)) if base and sum(base) else None
+        name = f"{(hosts.get(node) or {}).get('hostname', '?')} [{node[:8]}]"
+        rows.append([wl, name, kernel, str(len(values)), present.num(mean), present.ratio(ratio)])
+        data.append({"workload": wl, "node_id": node, "kernel": kernel, "boots": len(values), "mean": mean, "ratio_within_host": ratio})
+    caption = (f"Per host (each round whole on one host): {title} of each cell's boots on that host, and its ratio to "
+               f"{res['baseline']} on the same host; a host whose ratios differ from the others' is what host-to-host spread looks like")
+    return Table(caption, ["workload", "host", "kernel", "boots", title, f"ratio to {res['baseline']}"], rows,
+                 [False, False, False, True, True, True]), data
 
 
 # -- 0. headline ---------------------------------------------------------------------------------------------------
