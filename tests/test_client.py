@@ -143,6 +143,23 @@ def test_busy_host_port_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "p").exists()
 
 
+def test_connections_left_in_time_wait_do_not_hold_the_port() -> None:
+    """After a boot the port's closed connections linger in TIME_WAIT (the server side closed first, as apache's does
+    under ab); the next boot's check must pass, as passt's and slirp's listeners (SO_REUSEADDR) would."""
+    with socket.socket() as ls:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen()
+        port = ls.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            conn, _ = ls.accept()
+            conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT on `port`
+            c.recv(1)
+    with socket.socket() as probe, pytest.raises(OSError):
+        probe.bind(("127.0.0.1", port))  # a plain bind still fails: the case the check must not refuse
+    client.check_ports_free(workloads.load_many("redis", [f"port={port}"], "host")[0])
+
+
 @pytest.mark.parametrize("port", ["0", "70000", str(client.CONTROL_PORT)])
 def test_unforwardable_port_is_refused(tmp_path: Path, port: str) -> None:
     res = kpgo("collect", tmp_path / "nobuild", "--workload", "redis", "--client", "host", "--set", f"redis.port={port}", "-o", tmp_path / "p")

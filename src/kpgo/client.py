@@ -79,9 +79,12 @@ def check_network(workload: contract.Workload) -> None:
 
 
 def check_ports_free(workload: contract.Workload) -> None:
-    """The forwarded ports must be free on the host's 127.0.0.1, or QEMU would fail to start."""
+    """The forwarded ports must be free on the host's 127.0.0.1, or QEMU would fail to start. Free as a listener sees
+    it: connections of an earlier boot that linger in TIME_WAIT (ab's closed connections, for a minute) do not stop
+    passt or slirp, which listen with SO_REUSEADDR, so they do not stop the next boot either."""
     for port in forwarded_ports(workload):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
