@@ -77,7 +77,7 @@ def test_dir() -> Path:
 # kernel, the cross-application study (each optimized kernel on both workloads) and simulated counters
 # (no --sim: under TCG they are the default, which test_e2e_tiny checks). With --values: its instrumented
 # kernel is also the value-profiling kernel of test_values_vm, and its collections of redis and micro are
-# those of test_workloads_vm, so CI builds four tiny kernels in all (CI's budget is 60 min on a cold cache).
+# those of test_workloads_vm, so CI builds four tiny kernels in all (docs/MEASUREMENTS.md: CI on a cold cache).
 REDIS_REQUESTS = 20000
 TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--boots", "2", "--values",
                  "--set", "micro.seconds=1", "--set", "micro.procs=1", "--set", f"redis.requests={REDIS_REQUESTS}")
@@ -87,8 +87,8 @@ TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study"
 def tiny_run(test_dir: Path) -> Path:
     """The whole loop on the tiny config, for real."""
     run_dir = test_dir / "run-tiny"
-    # Four tiny kernels from scratch, two collections and twelve boots: 38 min on a quiet machine with an empty
-    # cache (session-14 rehearsal, without --values).
+    # Four tiny kernels from scratch, two collections and twelve boots: 44 min on a quiet machine with an empty
+    # cache (2,666 s in the session-15 rehearsal).
     res = kpgo(*TINY_RUN_ARGS, "--dir", run_dir, timeout=4800)
     assert res.returncode == 0, f"kpgo run failed:\n{res.stderr[-4000:]}"
     return run_dir

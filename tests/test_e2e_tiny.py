@@ -1,7 +1,7 @@
 """End to end on a real tiny kernel: no mocks. Builds (instrumented with value profiles, one optimized
 kernel per workload, vanilla), boots under virtme-ng, runs redis-server under redis-benchmark and stress-ng,
 collects and repairs the profiles, proves GCC used them, benchmarks every kernel on both workloads
-(cross-application study) in one randomized design with simulated counters. ~25 min on 2 cores."""
+(cross-application study) in one randomized design with simulated counters. ~45 min on 2 cores."""
 
 from __future__ import annotations
 
