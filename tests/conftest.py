@@ -79,8 +79,21 @@ def test_dir() -> Path:
 # kernel is also the value-profiling kernel of test_values_vm, and its collections of redis and micro are
 # those of test_workloads_vm, so CI builds four tiny kernels in all (docs/MEASUREMENTS.md: CI on a cold cache).
 REDIS_REQUESTS = 20000
-TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--boots", "2", "--values",
-                 "--set", "micro.seconds=1", "--set", "micro.procs=1", "--set", f"redis.requests={REDIS_REQUESTS}")
+# Short measured windows: CI proves each workload works; docs/WORKLOADS.md has the default-size figures. The tiny
+# run uses those of its workloads, and its collections stand for theirs.
+SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5", "postgresql.duration=5",
+         "rocksdb.num=30000", "leveldb.num=30000", f"redis.requests={REDIS_REQUESTS}", "micro.seconds=1", "micro.procs=1"]
+IN_TINY_RUN = ("redis", "micro")
+WORKLOADS = ("apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb")
+
+
+def short_sets(names: tuple[str, ...] | list[str]) -> list[str]:
+    """--set options of SHORT for these workloads."""
+    return [a for s in SHORT if s.partition(".")[0] in names for a in ("--set", s)]
+
+
+TINY_RUN_ARGS = ("run", "--base", "tiny", "--workload", ",".join(IN_TINY_RUN), "--study", "cross", "--boots", "2", "--values",
+                 *short_sets(IN_TINY_RUN))
 
 
 @pytest.fixture(scope="session")
@@ -97,14 +110,6 @@ def tiny_run(test_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_summary(tiny_run: Path) -> dict:
     return json.loads((tiny_run / "run.json").read_text())
-
-
-# Short measured windows: CI proves each workload works; docs/WORKLOADS.md has the default-size figures.
-# redis and micro are as in the tiny run, whose collections stand for theirs.
-SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5", "postgresql.duration=5",
-         "rocksdb.num=30000", "leveldb.num=30000", f"redis.requests={REDIS_REQUESTS}", "micro.seconds=1", "micro.procs=1"]
-IN_TINY_RUN = ("micro", "redis")
-WORKLOADS = ("apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb")
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +130,6 @@ def all_profiles(tiny_run: Path, test_dir: Path) -> dict[str, Path]:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
-        args = [a for s in SHORT if s.partition(".")[0] in others for a in ("--set", s)]
-        res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", ",".join(others), "-o", out, *args)
+        res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", ",".join(others), "-o", out, *short_sets(others))
         assert res.returncode == 0, res.stderr[-3000:]
     return {n: tiny_run / "profiles" / f"{n}.raw" if n in IN_TINY_RUN else out / n for n in WORKLOADS}

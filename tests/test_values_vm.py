@@ -19,14 +19,12 @@ pytestmark = pytest.mark.vm
 class ValueKernels:
     instrumented: Path
     profile: Path
-    fixed: Path
     optimized: Path
 
 
 @pytest.fixture(scope="module")
 def value_kernels(tiny_run: Path) -> ValueKernels:
-    return ValueKernels(tiny_run / "builds" / "instrumented", tiny_run / "profiles" / "redis.raw", tiny_run / "profiles" / "redis",
-                        tiny_run / "builds" / "optimized-redis")
+    return ValueKernels(tiny_run / "builds" / "instrumented", tiny_run / "profiles" / "redis.raw", tiny_run / "builds" / "optimized-redis")
 
 
 def test_value_kernel_is_built_from_the_patched_source_with_the_plugin(value_kernels: ValueKernels) -> None:
