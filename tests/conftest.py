@@ -114,7 +114,7 @@ def tiny_summary(tiny_run: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def all_profiles(tiny_run: Path, test_dir: Path) -> dict[str, Path]:
-    """A guest-client profile of every workload (short windows) from the tiny instrumented kernel: the tiny run's of
+    """A profile of every workload (short windows, default placement: network servers driven from the host) from the tiny instrumented kernel: the tiny run's of
     redis and micro, and one `kpgo collect` of the others, once."""
     out = test_dir / "collect-all"
     key = json.loads((tiny_run / "builds" / "instrumented" / "build.json").read_text())["key"]

@@ -79,7 +79,7 @@ def test_guest_hang_is_killed(tiny_run: Path, tmp_path: Path) -> None:
 def test_server_that_does_not_start(tiny_run: Path, tmp_path: Path) -> None:
     """A failing workload stops with the server's complaint, the next workload still runs and
     keeps its profile, and the exit status says that one failed."""
-    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--workload", "redis,micro",
+    res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--workload", "redis,micro", "--client", "guest",
                "--set", "redis.port=99999", "--set", "micro.procs=1", "--set", "micro.seconds=1")
     assert_one_line_error(res, 3, "1 of 2 workloads failed", "workload redis failed in the guest", "server exited")
     assert "server| " in res.stderr and "65535" in res.stderr  # the server's own complaint

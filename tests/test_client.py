@@ -117,7 +117,7 @@ def test_a_server_that_speaks_first_goes_through_slirp(tmp_path: Path) -> None:
 
 def test_missing_passt_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client.proc, "which", lambda tool: None)
-    with pytest.raises(UserError, match="--client host needs passt") as e:
+    with pytest.raises(UserError, match="the host client of redis needs passt") as e:
         client.check_network(workloads.load_many("redis", client="host")[0])
     assert "apt-get install passt" in str(e.value.hint)
     client.check_network(workloads.load_many("mysql", client="host")[0])  # slirp: passt not needed

@@ -28,24 +28,26 @@ def arcs(profile: Path, rel: str) -> int:
 
 
 def test_host_client_profile_holds_the_nic_path(tiny_run: Path, all_profiles: dict[str, Path], test_dir: Path) -> None:
-    """The host client's profile runs through virtio-net and not the loopback device; the guest
-    client's (the tiny run's redis) the other way round."""
+    """The host client's profile (the tiny run's redis: the host is the default placement) runs through
+    virtio-net and not the loopback device; a guest client's the other way round."""
     import shutil
 
-    out = test_dir / "collect-redis-host"
-    shutil.rmtree(out, ignore_errors=True)
-    res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", "redis", "--client", "host",
-               "--set", "redis.requests=10000", "--set", f"redis.clients={CLIENTS}", "-o", out)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "(client on the host)" in res.stderr
-    meta = json.loads((out / "profile.json").read_text())
+    host = all_profiles["redis"]
+    meta = json.loads((host / "profile.json").read_text())
     assert meta["workload"]["client"] == "host" and meta["throughput"] > 0
     pl = meta["placement"]
     assert pl["client"] == "host" and pl["forwarded"] == [6379] and pl["vcpus"] >= 1
-    assert (out / "log" / "client.log").read_text().count("redis-benchmark") == 2  # warm-up and load ran on the host
-    guest = all_profiles["redis"]
-    assert arcs(out, "drivers/net/virtio_net.gcda") > 100_000 and arcs(guest, "drivers/net/virtio_net.gcda") == 0
-    assert arcs(guest, "drivers/net/loopback.gcda") > 100_000 and arcs(out, "drivers/net/loopback.gcda") < arcs(guest, "drivers/net/loopback.gcda") / 100
+    assert (host / "log" / "client.log").read_text().count("redis-benchmark") == 2  # warm-up and load ran on the host
+    out = test_dir / "collect-redis-guest"
+    shutil.rmtree(out, ignore_errors=True)
+    res = kpgo("collect", tiny_run / "builds" / "instrumented", "--workload", "redis", "--client", "guest",
+               "--set", "redis.requests=10000", "--set", f"redis.clients={CLIENTS}", "-o", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "(client on the host)" not in res.stderr
+    guest = json.loads((out / "profile.json").read_text())
+    assert guest["workload"].get("client", "guest") == "guest" and guest["placement"]["client"] == "guest"
+    assert arcs(host, "drivers/net/virtio_net.gcda") > 100_000 and arcs(out, "drivers/net/virtio_net.gcda") == 0
+    assert arcs(out, "drivers/net/loopback.gcda") > 100_000 and arcs(host, "drivers/net/loopback.gcda") < arcs(out, "drivers/net/loopback.gcda") / 100
 
 
 def test_host_client_bench_with_simulated_counters_and_boot(tiny_run: Path, test_dir: Path) -> None:

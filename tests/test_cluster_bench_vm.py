@@ -30,8 +30,9 @@ from kpgo.vm import AGENT_STARTED
 
 pytestmark = pytest.mark.vm
 
-# One vCPU per guest: each node has one CPU, and two guests run at once on this machine.
-ARGS = ("--workload", "redis", "--set", "redis.requests=20000", "--boots", "2", "--cpus", "1", "--seed", "4242")
+# One vCPU per guest: each node has one CPU, and two guests run at once on this machine, so the client is in the
+# guest (two host clients would both forward the host's 127.0.0.1:6379; nodes of a real cluster are separate hosts).
+ARGS = ("--workload", "redis", "--set", "redis.requests=20000", "--boots", "2", "--cpus", "1", "--client", "guest", "--seed", "4242")
 
 
 def kernels(tiny_run: Path) -> list[str]:

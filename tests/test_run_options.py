@@ -41,6 +41,15 @@ def test_reads_the_request_of_an_earlier_kpgo() -> None:
     assert opts.to_json() == old | {"client": "guest", "partial_training": False}
 
 
+def test_network_servers_are_driven_from_the_host_by_default() -> None:
+    """No --client: the network servers' load generators run on the host (docs/WORKLOADS.md "Which placement");
+    micro has no client. --client guest keeps them in the guest."""
+    by_default = options("--base", "tiny", "--workload", "redis,micro,mysql")
+    assert by_default.client == "host" and by_default.to_json()["client"] == "host"
+    assert [w.client for w in by_default.workloads] == ["host", "guest", "host"]
+    assert [w.client for w in options("--workload", "redis", "--client", "guest").workloads] == ["guest"]
+
+
 def test_default_run_dir_names_the_workloads_once() -> None:
     assert options("--base", "tiny", "--workload", "redis, micro,redis").run_dir == Path("kpgo-runs/tiny-redis-micro")
     assert options("--workload", "all").run_dir == Path("kpgo-runs/server-all")

@@ -71,11 +71,20 @@ def network_of(workload: contract.Workload) -> str:
     return "slirp" if workload.server.speaks_first else "passt"
 
 
+def check_host(workloads: list[contract.Workload]) -> None:
+    """What the host clients of these workloads need on this host (the driver's, or a cluster node's): their network
+    program and their forwarded ports."""
+    for w in workloads:
+        if placement_of(w) == "host":
+            check_network(w)
+            check_ports_free(w)
+
+
 def check_network(workload: contract.Workload) -> None:
     """passt must be installed where the workload's host client needs it."""
     if network_of(workload) == "passt" and proc.which("passt") is None:
-        raise UserError("--client host needs passt (the guest's network on the host), which is not installed",
-                        "apt-get install passt (or run `make setup`)")
+        raise UserError(f"the host client of {workload.name} needs passt (the guest's network on the host), which is not installed",
+                        "apt-get install passt (or run `make setup`), or run the client in the guest with --client guest")
 
 
 def check_ports_free(workload: contract.Workload) -> None:

@@ -455,7 +455,7 @@ def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: b
     the probe with, when the accelerator matters) and kpgo's QEMU plugin (want_sim); and its facts."""
     import ray
 
-    from kpgo import host, proc, vm
+    from kpgo import client, host, proc, vm
     from kpgo import sim as simulator
     from kpgo.kernel import kbuild
     from kpgo.workloads import install
@@ -464,6 +464,7 @@ def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: b
     problems = [f"{tool} ({proc.PACKAGES[tool]}) is not installed" for tool in ("qemu-system-x86_64", "vng") if proc.which(tool) is None]
     try:
         install.require(wls)
+        client.check_host(wls)  # a host client's ports free on this node (Ray's GCS takes 6379 on a head started by default)
     except KpgoError as e:
         problems.append(e.message)
     kvm = sim_problem = None

@@ -48,7 +48,7 @@ class RunOptions:
     design: bench.Design
     jobs: int
     guest: vm.Guest
-    client: str = "guest"
+    client: str = workloads.DEFAULT_CLIENT
     sim_mode: str = "auto"  # bench.SIM_MODES
     sim_opts: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
@@ -106,7 +106,7 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, r: dict[str, Any], run_dir: Path) -> RunOptions:
-        try:
+        try:  # a run.json without "client" was written before --client existed: its clients ran in the guest
             return cls(
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
                 tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "collect",
         help="boot an instrumented kernel, run workloads, snapshot their kernel profiles",
         description="Boot the instrumented kernel of BUILD_DIR under virtme-ng, start the workload's server, drive it "
-        "with its load generator (in the guest over loopback, or with --client host from the host through the guest's NIC), "
+        "with its load generator (from the host through the guest's NIC, or with --client guest in the guest over loopback), "
         "warm up, reset the kernel's gcov counters, run the measured load, and write every .gcda "
         "(paths relative to the build directory) plus profile.json. One workload: the profile is -o DIR. Several "
         "(--workload a,b or all): one boot each, profiles in DIR/NAME; a workload that fails does not stop the "

@@ -22,7 +22,7 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
 def add_guest_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("guest")
     g.add_argument("--cpus", type=int, default=None,
-                   help="guest vCPUs (default 2; with --client host, one per host core but the client's, QEMU pinned to them)")
+                   help="guest vCPUs (default: with a host client, one per host core but the client's, QEMU pinned to them; otherwise 2)")
     g.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     g.add_argument("--guest-timeout", type=float, default=900, metavar="SECONDS", help="hard limit per guest boot (default 900)")
 
@@ -34,9 +34,9 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
                    help=f"workload(s): {', '.join(workloads.names())}, or all (default redis; see `kpgo workloads list`)")
     p.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE",
                    help="override a workload parameter, for every chosen workload that has it or for NAME only (repeatable)")
-    p.add_argument("--client", choices=("guest", "host"), default="guest",
-                   help="where the load generators of the network servers run: in the guest over loopback (default), or on the "
-                   "host against 127.0.0.1 ports QEMU forwards to the guest's virtio NIC, pinned to a core of its own "
+    p.add_argument("--client", choices=workloads.CLIENTS, default=workloads.DEFAULT_CLIENT,
+                   help="where the load generators of the network servers run: on the host (default) against 127.0.0.1 ports "
+                   "QEMU forwards to the guest's virtio NIC, pinned to a core of its own, or in the guest over loopback "
                    "(docs/WORKLOADS.md); micro and the embedded databases have no client")
 
 
@@ -44,7 +44,7 @@ def chosen_workloads(args: argparse.Namespace) -> list[Workload]:
     """The --workload list with --set applied; fails before any boot if a package is missing."""
     from kpgo import workloads
 
-    specs = workloads.load_many(args.workload, args.set, getattr(args, "client", "guest"))
+    specs = workloads.load_many(args.workload, args.set, getattr(args, "client", workloads.DEFAULT_CLIENT))
     prepare_workloads(specs)
     return specs
 
@@ -56,10 +56,7 @@ def prepare_workloads(specs: list[Workload]) -> None:
     from kpgo.workloads import install
 
     install.require(specs)
-    for s in specs:
-        if client.placement_of(s) == "host":
-            client.check_network(s)
-            client.check_ports_free(s)
+    client.check_host(specs)
 
 
 def guest_from(args: argparse.Namespace):  # -> vm.Guest

@@ -21,6 +21,9 @@ from kpgo.guest.contract import STEP_KINDS, Workload
 
 GUEST_VARS = ("rundir", "tools", "cpus", "listen")  # listen: the servers' bind address (0.0.0.0 with a host client)
 CLIENTS = ("guest", "host")
+# Where the network servers' load generators run unless --client says otherwise: on the host, through the guest's NIC,
+# as in production (docs/WORKLOADS.md "Which placement (measured)": a loopback profile optimizes the wrong paths).
+DEFAULT_CLIENT = "host"
 AGGREGATES = ("hmean", "geomean", "mean", "sum")
 _FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
