@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 import fake_boot
+import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
-from kpgo import bench, vm
+from kpgo import bench, collect, vm
 from kpgo.cluster import GUEST, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 
@@ -222,7 +223,10 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
     from ray.cluster_utils import Cluster
 
     cache = tmp_path_factory.mktemp("node-cache")
+    gcc = gcov_fixtures.build_program(tmp_path_factory.mktemp("gccbuild"))
+    gcda = gcov_fixtures.kernelize_tree(gcc.profile(tmp_path_factory.mktemp("p") / "raw", 0, 100), tmp_path_factory.mktemp("p") / "kernel")
     with pytest.MonkeyPatch.context() as mp:  # what the nodes' processes inherit
+        mp.setenv(fake_boot.GCDA, str(gcda))
         mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p))
         mp.setenv("KPGO_CACHE", str(cache))
         mp.setenv("KPGO_ACCEL", "tcg")
@@ -278,6 +282,58 @@ def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, 
     assert again["samples"] == res["samples"]
 
 
+def test_cluster_collect(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """`kpgo collect --cluster` (fake guests): each workload's collection on a free node, its profile written here
+    with the node that collected it, the nodes' own directories removed; a workload failing in the guest is reported
+    with its logs kept here, and one whose output exists fails before any task, the others going on."""
+    cluster, worker, cache = two_nodes
+    build = fake_build(tmp_path / "instr", "iiii0000", 4096)
+    meta = json.loads((build / "build.json").read_text())
+    (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
+                                                         "config_hash": "c0", "gcc": "gcc-12"}))
+    wls = [workload("fake-a"), workload("fake-b"), workload("broken-c"), workload("fake-d")]
+    outs = {w.name: tmp_path / "p" / w.name for w in wls}
+    (tmp_path / "p" / "fake-d").mkdir(parents=True)  # an earlier collection's, say
+    res = dict((w.name, r) for w, r in collect.on_cluster(cluster.address, build, outs, wls, guest=vm.Guest()))
+    assert isinstance(res["fake-d"], UserError) and "already exists" in res["fake-d"].message
+    assert isinstance(res["broken-c"], InfraError) and "a fake failure" in res["broken-c"].message
+    assert res["broken-c"].hint == f"guest logs kept in {tmp_path / 'p' / 'broken-c.failed-logs'}"
+    assert (tmp_path / "p" / "broken-c.failed-logs" / "log" / "console.log").read_text().startswith("fake boot of ")
+    assert not (tmp_path / "p" / "broken-c").exists()
+    source = {p.relative_to(os.environ[fake_boot.GCDA]): p.read_bytes() for p in Path(os.environ[fake_boot.GCDA]).rglob("*.gcda")}
+    nodes = {cluster.head_node.node_id, worker.node_id}
+    used = set()
+    for name in ("fake-a", "fake-b"):
+        p = res[name]
+        assert isinstance(p, dict) and p["workload"]["name"] == name and p["build_key"] == "iiii0000"
+        on_disk = json.loads((outs[name] / "profile.json").read_text())
+        assert on_disk == p and p["host"]["node_id"] in nodes and p["host"]["hostname"]
+        used.add(p["host"]["node_id"])
+        assert {q.relative_to(outs[name]): q.read_bytes() for q in outs[name].rglob("*.gcda")} == source
+    assert used == nodes  # two free nodes, two collections at once
+    assert not [p for p in (cache / "cluster" / "collect").glob("*/*")]
+
+
+def test_cli_collect_on_a_local_cluster(tmp_path: Path) -> None:
+    """`kpgo collect --cluster local` from the command line (fake guests in the Ray workers): the profile and the
+    line that names it, the node in profile.json."""
+    gcc = gcov_fixtures.build_program(tmp_path / "gccbuild")
+    gcda = gcov_fixtures.kernelize_tree(gcc.profile(tmp_path / "raw", 0, 100), tmp_path / "kernel")
+    build = fake_build(tmp_path / "instr", "iiii1111", 4096)
+    meta = json.loads((build / "build.json").read_text())
+    (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
+                                                         "config_hash": "c0", "gcc": "gcc-12"}))
+    code = (f"import sys, ray; sys.path.insert(0, {str(TESTS)!r}); ray.init(address='local', num_cpus=1, resources={{{GUEST!r}: 1}}, "
+            "runtime_env={'worker_process_setup_hook': 'fake_boot.install'}, include_dashboard=False, logging_level='ERROR', log_to_driver=False)")
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p), "KPGO_ACCEL": "tcg",
+           fake_boot.GCDA: str(gcda), "KPGO_CACHE": str(tmp_path / "cache")}
+    res = run("collect", build, "--workload", "micro", "--cluster", "local", "-o", tmp_path / "p", code=code, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"profile: {tmp_path / 'p'}  (3 files, 4096 ")
+    meta = json.loads((tmp_path / "p" / "profile.json").read_text())
+    assert meta["workload"]["name"] == "micro" and meta["host"]["node_id"] and "collect: 1 of 1 guest node(s)" in res.stderr
+
+
 def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
     """The worker node is killed during its second boot: its round moves whole to the head (the boot it finished is
     booted again there and replaces its sample), so is its other round, and the bench completes with every cell
@@ -314,3 +370,40 @@ def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kern
     for s in res["samples"]:  # what is on disk is what was counted
         d = tmp_path / "c" / "boots" / f"{s['round']:02d}-fake-{s['kernel']}"
         assert json.loads((d / "sample.json").read_text())["host"]["node_id"] == head
+
+
+def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """A node added to the cluster is killed while it collects: its workload goes back to the queue and is collected
+    on the head, and every profile is written once. (After the bench's node test: it brings its own node.)"""
+    cluster, _, cache = two_nodes
+    fresh = cluster.add_node(num_cpus=1, resources={GUEST: 1})
+    cluster.wait_for_nodes()
+    build = fake_build(tmp_path / "instr", "iiii2222", 4096)
+    meta = json.loads((build / "build.json").read_text())
+    (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
+                                                         "config_hash": "c0", "gcc": "gcc-12"}))
+    work = cache / "cluster" / "collect" / fresh.node_id[:12]
+    removed: list[str] = []
+
+    def kill_during_its_collection() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            seen = [p.name for p in work.glob("*")]
+            if seen:
+                cluster.remove_node(fresh, allow_graceful=False)
+                removed.extend(seen)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_during_its_collection)
+    killer.start()
+    wls = [workload("fake-a"), workload("fake-b")]
+    outs = {w.name: tmp_path / "p" / w.name for w in wls}
+    res = dict((w.name, r) for w, r in collect.on_cluster(cluster.address, build, outs, wls, guest=vm.Guest()))
+    killer.join()
+    assert removed, "the added node was not seen collecting"
+    head = cluster.head_node.node_id
+    for name in ("fake-a", "fake-b"):
+        assert isinstance(res[name], dict) and res[name]["host"]["node_id"] == head
+        assert json.loads((outs[name] / "profile.json").read_text()) == res[name]
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["fake-a", "fake-b"]

@@ -57,7 +57,8 @@ ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:63
 GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
-KERNEL_FILES = ("arch/x86/boot/bzImage", ".config")  # what vng boots a build with (no modules: the configs have none)
+KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
+# have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
 
 
 def _import_ray() -> ModuleType:
@@ -431,7 +432,7 @@ def choose_nodes(checks: list[dict[str, Any]], choice: Any, address: str) -> tup
     return accel, sim, chosen
 
 
-def _kernel_here(key: str, box: list[Any]) -> Path:
+def _build_here(key: str, box: list[Any]) -> Path:
     """This node's copy of a kernel build (KERNEL_FILES, in a build's layout, so vng boots it as it boots the build):
     fetched from the object store and written once per node, keyed by the build's key. box holds the object ref (in a
     list, so Ray passes the ref and does not fetch the kernel for a node that has it)."""
@@ -439,7 +440,7 @@ def _kernel_here(key: str, box: list[Any]) -> Path:
     from kpgo.kernel import kbuild
 
     d = cache_dir() / "cluster" / "kernels" / key
-    if not kbuild.image(d).is_file():
+    if not (kbuild.image(d).is_file() and (d / "build.json").is_file()):  # copies made for benches before collect ran here had none
         import ray
 
         files = ray.get(box[0])
@@ -447,7 +448,13 @@ def _kernel_here(key: str, box: list[Any]) -> Path:
             for rel, data in files.items():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / rel).write_bytes(data)
-    return kbuild.image(d)
+    return d
+
+
+def _kernel_here(key: str, box: list[Any]) -> Path:
+    from kpgo.kernel import kbuild
+
+    return kbuild.image(_build_here(key, box))
 
 
 def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: bool) -> dict[str, Any]:
@@ -508,6 +515,37 @@ def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, na
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tuple[dict[str, Any], bytes | None]:
+    """One workload's collection on this node (kpgo.collect.collect) in a node-local directory; returns its outcome,
+    naming this node, and the profile directory (or the failed collection's logs) as a tar for the driver to write.
+    Writes nothing the driver reads: a retried task cannot leave half a profile."""
+    import ray
+
+    from kpgo import collect, host
+
+    node = ray.get_runtime_context().get_node_id()
+    where = {"node_id": node, **host.identity()}
+    work = cache_dir() / "cluster" / "collect" / node[:12] / workload.name  # the node id: nodes may share a cache
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        try:
+            profile = collect.collect(_build_here(*build), workload, work / "p", guest=guest)
+            outcome: dict[str, Any] = {"profile": profile, "host": where}
+            kept = work / "p"
+        except KpgoError as e:
+            outcome = {"error": e.message, "exit_code": e.exit_code, "host": where}
+            kept = work / "p.failed-logs"
+        if not kept.is_dir():
+            return outcome, None
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(kept, arcname=".")
+        return outcome, buf.getvalue()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _safe_key(key: str) -> str:
     """A build key as a directory name (kpgo's keys are hex already)."""
     return key if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key) else hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -536,7 +574,7 @@ class BenchOnCluster:
         c = self.checks.get(node)
         return f"{c['hostname'] if c else '?'} [{node[:8]}]"
 
-    def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any) -> tuple[str, Any]:
+    def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any, what: str = "bench") -> tuple[str, Any]:
         ray = self.ray
         nodes = sorted((n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(GUEST, 0) >= 1),
                        key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
@@ -553,7 +591,7 @@ class BenchOnCluster:
         checks = _get(ray, [check.options(**self._on(n["NodeID"])).remote(wls, probe, choice.mode != "off") for n in nodes], "node check")
         self.accel, sim, chosen = choose_nodes(checks, choice, self.address)
         self.checks = {c["node_id"]: c for c in chosen}
-        say(f"bench: {len(chosen)} of {len(nodes)} guest node(s) of the Ray cluster boot ({self.accel}): "
+        say(f"{what}: {len(chosen)} of {len(nodes)} guest node(s) of the Ray cluster boot ({self.accel}): "
             + ", ".join(self._name(n) for n in self.checks))
         return self.accel, sim
 
@@ -644,6 +682,54 @@ class BenchOnCluster:
                             "nodes": list(self.checks), "rounds": {str(r): n for r, n in sorted((sched.owner if sched else {}).items())},
                             "moved": sched.moves if sched else []}}
         return {"host": host, "hosts": hosts}, design
+
+
+def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest: Any) -> Iterator[tuple[Any, dict[str, Any], bytes | None]]:
+    """`kpgo collect --cluster`: each workload's collection a Ray task on a guest node that passed the node check (one
+    guest per node at a time, as for a bench boot), the next workload given to the node that is free; a node lost
+    mid-collection gives its workload back to the queue, collected again on another node. Yields (workload, outcome,
+    tar of its directory) as each ends; kpgo.collect writes them."""
+    from kpgo.bench import SimChoice
+
+    with session(address) as ray:
+        nodes = BenchOnCluster(ray, address)
+        nodes.prepare({"instrumented": (build_dir, key)}, workloads, SimChoice("off"), what="collect")
+        queue, live = list(workloads), list(nodes.checks)
+        task = ray.remote(_collect_task)
+        inflight: dict[Any, tuple[str, Any]] = {}
+
+        def submit(node: str) -> None:
+            if queue:
+                wl = queue.pop(0)
+                say(f"collect {wl.name}: on {nodes._name(node)}")
+                ref = task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(nodes.kernels["instrumented"], wl, guest)
+                inflight[ref] = (node, wl)
+
+        for n in live:
+            submit(n)
+        while inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            node, wl = inflight.pop(ready[0])
+            try:
+                outcome, files = ray.get(ready[0])
+            except ray.exceptions.RayError as e:
+                if nodes._lost(node, e):
+                    live.remove(node)
+                    if not live:
+                        raise InfraError(f"every node of the Ray cluster at {address} that boots guests was lost",
+                                         "start nodes with the kpgo_guest resource and run the same command again") from None
+                    say(f"collect {wl.name}: {nodes._name(node)} was lost; collected again on another node")
+                    queue.insert(0, wl)
+                    busy = {n for n, _ in inflight.values()}
+                    for n in live:
+                        if n not in busy:
+                            submit(n)
+                    continue
+                cause = getattr(e, "cause", None) or e
+                outcome, files = {"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
+                                  "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None
+            yield wl, outcome, files
+            submit(node)
 
 
 @contextlib.contextmanager

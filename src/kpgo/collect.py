@@ -11,23 +11,30 @@ import json
 import shutil
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kpgo import atomic, client, vm, workloads
-from kpgo.errors import KpgoError, UserError
+from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
 
 
-def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
-    build_dir = build_dir.resolve()
+def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
+    """build.json of an instrumented build whose config has what the workloads need; a UserError otherwise."""
     build = kbuild.read_build_json(build_dir)
     if build is None or not build.get("ok"):
         raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build --variant instrumented`")
     if not build.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
-    workloads.check_kernel([workload], build_dir)
+    workloads.check_kernel(wls, build_dir)
+    return build
+
+
+def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
+    build_dir = build_dir.resolve()
+    build = check_build(build_dir, [workload])
     atomic.check_output(out, inputs=[build_dir], what="profile directory", replace=replace)  # never inside the build
     kernel = kbuild.image(build_dir)
     accel = vm.accelerator(kernel)
@@ -88,6 +95,55 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
         f"{profile['throughput']:.0f} {workload.unit} (snapshot {result.timings.get('snapshot', 0):.1f} s, all {fmt_secs(time.monotonic() - t0)}) — {out}"
     )
     return profile
+
+
+def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[contract.Workload], *,
+               guest: vm.Guest) -> Iterator[tuple[contract.Workload, dict | KpgoError]]:
+    """Each workload collected by kpgo.cluster on a node of the Ray cluster at address, its profile written here at
+    outs[name] (with the node that collected it in profile.json's "host"), or its error with the guest's logs kept
+    beside it, as with collect(). Every check that needs no guest runs here first, before any task: a workload whose
+    output cannot be written fails there, as collect() would fail it, and the others go on."""
+    from kpgo import cluster
+
+    build_dir = build_dir.resolve()
+    build = check_build(build_dir, wls)
+    todo = []
+    for wl in wls:
+        try:
+            atomic.check_output(outs[wl.name], inputs=[build_dir], what="profile directory")
+            todo.append(wl)
+        except UserError as e:
+            yield wl, e
+    if not todo:
+        return
+    for wl, outcome, files in cluster.collect(address, build_dir, build["key"], todo, guest):
+        out = outs[wl.name]
+        if "error" in outcome:
+            hint = "run the same command again to retry it"
+            if files:
+                kept = out.parent / f"{out.name}.failed-logs"
+                shutil.rmtree(kept, ignore_errors=True)
+                _untar(files, kept)
+                hint = f"guest logs kept in {kept}"
+            where = outcome["host"].get("hostname", outcome["host"]["node_id"][:8])
+            yield wl, (UserError if outcome["exit_code"] == UserError.exit_code else InfraError)(f"{outcome['error']} (on {where})", hint)
+            continue
+        assert files is not None
+        with atomic.output_dir(out) as tmp:
+            _untar(files, tmp)
+            profile = dict(outcome["profile"], host=outcome["host"])
+            atomic.write_json(tmp / "profile.json", profile)
+        say(f"collect {wl.name}: {profile['files']} .gcda files, {profile['throughput']:.0f} {wl.unit}, collected on "
+            f"{outcome['host'].get('hostname', '?')} [{outcome['host']['node_id'][:8]}] — {out}")
+        yield wl, profile
+
+
+def _untar(data: bytes, dest: Path) -> None:
+    import io
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")
 
 
 def _profile_info(root: Path) -> dict:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kpgo.commands.common import add_guest_options, add_workload_options, chosen_workloads, guest_from
+
+if TYPE_CHECKING:
+    from kpgo.errors import KpgoError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,10 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "warm up, reset the kernel's gcov counters, run the measured load, and write every .gcda "
         "(paths relative to the build directory) plus profile.json. One workload: the profile is -o DIR. Several "
         "(--workload a,b or all): one boot each, profiles in DIR/NAME; a workload that fails does not stop the "
-        "others, and the exit status is non-zero if any failed.",
+        "others, and the exit status is non-zero if any failed. With --cluster, each workload's collection is a Ray "
+        "task on a node offering the kpgo_guest resource, one guest per node at a time (docs/SCALE.md).",
     )
     p.add_argument("build_dir", type=Path, metavar="BUILD_DIR", help="an instrumented build (from `kpgo build --variant instrumented`)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="profile directory to write (must not exist)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="collect on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each workload "
+                   "a task on a node with the kpgo_guest resource and what the workload needs (docs/SCALE.md)")
     add_workload_options(p)
     add_guest_options(p)
     p.set_defaults(func=run)
@@ -31,13 +39,28 @@ def run(args: argparse.Namespace) -> int:
     from kpgo.errors import KpgoError
     from kpgo.progress import say
 
-    specs = chosen_workloads(args)
     guest = guest_from(args)
+    if args.cluster:  # the nodes that boot need the packages and helpers, not this one: each node is checked first
+        from kpgo import workloads
+
+        specs = workloads.load_many(args.workload, args.set, args.client)
+        outs = {wl.name: args.out if len(specs) == 1 else args.out / wl.name for wl in specs}
+        failed: list[KpgoError] = []
+        for wl, res in collect.on_cluster(args.cluster, args.build_dir, outs, specs, guest=guest):
+            if isinstance(res, KpgoError):
+                say(f"collect {wl.name}: FAILED: {res}")
+                failed.append(res)
+            else:
+                print(f"profile: {outs[wl.name]}  ({res['files']} files, {res['throughput']:.0f} {res['workload']['unit']})", flush=True)
+        if len(specs) == 1 and failed:
+            raise failed[0]
+        return _failed(failed, len(specs))
+    specs = chosen_workloads(args)
     if len(specs) == 1:
         prof = collect.collect(args.build_dir, specs[0], args.out, guest=guest)
         print(f"profile: {args.out}  ({prof['files']} files, counter sum {prof['arcs_sum']}, {prof['throughput']:.0f} {prof['workload']['unit']})")
         return 0
-    failed: list[KpgoError] = []
+    failed = []
     for n, wl in enumerate(specs, 1):
         out = args.out / wl.name
         say(f"collect: workload {n}/{len(specs)}: {wl.name}")
@@ -48,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
             # Keep going: the profiles already written (and those still to come) are not lost.
             say(f"collect {wl.name}: FAILED: {e}")
             failed.append(e)
+    return _failed(failed, len(specs))
+
+
+def _failed(failed: list[KpgoError], n: int) -> int:
     if failed:
         first = failed[0]
-        raise type(first)(f"{len(failed)} of {len(specs)} workloads failed (first: {first.message})", first.hint)
+        raise type(first)(f"{len(failed)} of {n} workloads failed (first: {first.message})", first.hint)
     return 0
