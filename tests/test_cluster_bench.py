@@ -21,7 +21,7 @@ import pytest
 import fake_boot
 import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
-from kpgo import bench, collect, vm
+from kpgo import bench, collect, pipeline, vm
 from kpgo.cluster import GUEST, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 
@@ -312,6 +312,30 @@ def test_cluster_collect(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> No
         assert {q.relative_to(outs[name]): q.read_bytes() for q in outs[name].rglob("*.gcda")} == source
     assert used == nodes  # two free nodes, two collections at once
     assert not [p for p in (cache / "cluster" / "collect").glob("*/*")]
+
+
+def test_run_collects_on_the_cluster_what_is_not_up_to_date(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """`kpgo run --cluster`'s collect step (fake guests): the profiles not up to date are collected at once on the
+    nodes, the others kept; a changed parameter collects that workload again."""
+    from dataclasses import replace
+
+    cluster, _, _ = two_nodes
+    build = fake_build(tmp_path / "instr", "iiii3333", 4096)
+    meta = json.loads((build / "build.json").read_text())
+    (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
+                                                         "config_hash": "c0", "gcc": "gcc-12"}))
+    instr = {"key": "iiii3333"}
+    wls = [workload("fake-a", params={"n": 1}), workload("fake-b", params={"n": 1})]
+    first = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), cluster.address)
+    assert sorted(first) == ["fake-a", "fake-b"] and all(p["host"]["node_id"] for p in first.values())
+    assert first["fake-a"]["host"]["node_id"] != first["fake-b"]["host"]["node_id"]  # at once, one on each node
+    again = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), cluster.address)
+    assert again == first
+    changed = [wls[0], replace(wls[1], params={"n": 2})]
+    third = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, changed, vm.Guest(), cluster.address)
+    assert third["fake-a"] == first["fake-a"]
+    assert third["fake-b"]["workload"]["params"] == {"n": 2}
+    assert json.loads((tmp_path / "profiles" / "fake-b.raw" / "profile.json").read_text()) == third["fake-b"]
 
 
 def test_cli_collect_on_a_local_cluster(tmp_path: Path) -> None:

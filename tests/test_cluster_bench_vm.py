@@ -4,7 +4,9 @@ tiny_run) on redis, two boots each:
 
 (a) the design of `kpgo bench` on this machine with the same seed, and a complete results.json with the hosts;
 (b) the worker node killed during its second boot: its round moves whole to the head, the bench completes, and no
-    cell is counted twice.
+    cell is counted twice;
+(c) `kpgo collect --cluster` of two workloads with the tiny instrumented kernel: one on each node at once, each
+    profile the kernel's own.
 
     nice -n 19 .venv/bin/python -m pytest -q -m vm tests/test_cluster_bench_vm.py
 
@@ -54,6 +56,24 @@ def two_nodes() -> Iterator[tuple[Any, Any]]:
 
 def boot_dir(out: Path, s: dict) -> Path:
     return out / "boots" / f"{s['round']:02d}-{s['workload']}-{s['kernel']}"
+
+
+def test_cluster_collect_with_real_guests(tiny_run: Path, two_nodes: tuple[Any, Any], tmp_path: Path) -> None:
+    from kpgo.gcov.gcda import ARCS, read_gcda
+
+    cluster, worker = two_nodes
+    instrumented = tiny_run / "builds" / "instrumented"
+    res = kpgo("collect", instrumented, "--workload", "micro,redis", "--client", "guest", "--cpus", "1", "--set", "micro.seconds=1",
+               "--set", "micro.procs=1", "--set", "redis.requests=10000", "--cluster", cluster.address, "-o", tmp_path / "p", timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    key = json.loads((instrumented / "build.json").read_text())["key"]
+    nodes = set()
+    for w in ("micro", "redis"):
+        meta = json.loads((tmp_path / "p" / w / "profile.json").read_text())
+        assert meta["build_key"] == key and meta["throughput"] > 0 and meta["files"] > 100
+        nodes.add(meta["host"]["node_id"])
+        assert read_gcda(tmp_path / "p" / w / "kernel" / "sched" / "core.gcda").counters(ARCS).sum() > 0
+    assert nodes == {cluster.head_node.node_id, worker.node_id}  # one collection on each node, at once
 
 
 def test_cluster_bench_has_the_local_design_and_hosts(tiny_run: Path, two_nodes: tuple[Any, Any], tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from kpgo import atomic, bench, client, collect, variants, vm, workloads
 from kpgo import sim as simulator
-from kpgo.errors import UserError
+from kpgo.errors import KpgoError, UserError
 from kpgo.guest.contract import Workload
 from kpgo.kernel import kbuild, kconfig, proof, source, values
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
@@ -132,7 +132,9 @@ UNIVERSAL = {"universal-raw": False, "universal-norm": True}  # label -> normali
 RUN_MARKS = ("run.json", "builds", "profiles", "bench")  # what a run directory holds (older runs have no lock)
 
 
-def run(opts: RunOptions) -> dict:
+def run(opts: RunOptions, cluster: str | None = None) -> dict:
+    """The whole loop. cluster: a Ray address; the collections and the bench boots then run on its guest nodes (the
+    builds here), with the same results and caching (where guests ran is not part of the request)."""
     t_start = time.monotonic()
     phases: dict[str, float] = {}
     spec, src = opts.kernel()
@@ -144,10 +146,10 @@ def run(opts: RunOptions) -> dict:
         values.plugin(instrumented.compiler)
     with atomic.exclusive(opts.run_dir, "run directory"):  # created only once the request is known to be sound
         say(f"run: {spec.name} kernel {src.version}, workloads {', '.join(wl.name for wl in opts.workloads)}, in {opts.run_dir}")
-        return _run(opts, spec, src, t_start, phases)
+        return _run(opts, spec, src, t_start, phases, cluster)
 
 
-def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float]) -> dict:
+def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float], cluster: str | None) -> dict:
     rd = opts.run_dir
     names = [wl.name for wl in opts.workloads]
     build = opts.builder(spec, src)
@@ -161,8 +163,10 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
 
     instr = timed("build instrumented", lambda: build("instrumented", "instrumented"))
     profiles: dict[str, tuple[dict, dict]] = {}
+    raws = timed("collect on the cluster", lambda: collect_cached_on_cluster(
+        rd / "profiles", rd / "builds" / "instrumented", instr, list(opts.workloads), opts.guest, cluster)) if cluster else {}
     for wl in opts.workloads:
-        prof = timed(f"collect {wl.name}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
+        prof = raws.get(wl.name) or timed(f"collect {wl.name}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
         pstats = timed(f"profile fix {wl.name}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl.name] = (prof, pstats)
     opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: build("optimized", f"optimized-{n}", rd / "profiles" / n)) for n in names}  # noqa: B023 -- timed() calls the lambda at once
@@ -176,7 +180,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     cells = [("vanilla", n) for n in names]
     cells += [(f"optimized-{a}", b) for a in names for b in names if a == b or "cross" in opts.studies]
     cells += [(u, n) for u in UNIVERSAL if u in opt for n in names]
-    results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim))
+    results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
+                                                 cluster=cluster))
     summary = {
         "run_dir": str(rd),
         "request": opts.to_json(),
@@ -213,8 +218,8 @@ def _build_info(m: dict) -> dict:
     return {"seconds": m["seconds"]["total"], "sizes": m["sizes"], "release": m["kernel_release"]}
 
 
-def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest: vm.Guest) -> dict:
-    """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
+def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
+    """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
     raw = profiles / f"{wl.name}.raw"
     have = collect.load_profile_json(raw)
     # Profiles from before client placement existed were collected with the client in the guest.
@@ -222,8 +227,37 @@ def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest
     if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
         say(f"collect {wl.name}: up to date in {raw}")
         return have
+    return None
+
+
+def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest: vm.Guest) -> dict:
+    """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
+    have = _collected(profiles, instr, wl)
+    if have is not None:
+        return have
     shutil.rmtree(profiles / wl.name, ignore_errors=True)
-    return collect.collect(build, wl, raw, guest=guest, replace=True)
+    return collect.collect(build, wl, profiles / f"{wl.name}.raw", guest=guest, replace=True)
+
+
+def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: list[Workload], guest: vm.Guest, address: str) -> dict[str, dict]:
+    """collect_cached of every workload, those not up to date collected at once on the cluster's guest nodes; the
+    first failure is raised once every collection ended (the profiles that were written stay for a rerun)."""
+    have = {wl.name: p for wl in wls if (p := _collected(profiles, instr, wl)) is not None}
+    todo = [wl for wl in wls if wl.name not in have]
+    for wl in todo:
+        for stale in (profiles / f"{wl.name}.raw", profiles / wl.name):
+            shutil.rmtree(stale, ignore_errors=True)
+    failed: list[KpgoError] = []
+    outs = {wl.name: profiles / f"{wl.name}.raw" for wl in todo}
+    for wl, res in collect.on_cluster(address, build, outs, todo, guest=guest) if todo else ():
+        if isinstance(res, KpgoError):
+            say(f"collect {wl.name}: FAILED: {res}")
+            failed.append(res)
+        else:
+            have[wl.name] = res
+    if failed:
+        raise type(failed[0])(f"{len(failed)} of {len(todo)} collections on the cluster failed (first: {failed[0].message})", failed[0].hint)
+    return have
 
 
 def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:

@@ -56,23 +56,27 @@ def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[W
     return out
 
 
-def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None) -> dict:
+def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None,
+                cluster: str | None = None) -> dict:
     build = _builder(run_dir)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
+    instr_dir = run_dir / "builds" / "instrumented"
+    raws = pipeline.collect_cached_on_cluster(out / "profiles", instr_dir, instr, specs, guest, cluster) if cluster else {}
     for wl in specs:
-        prof = pipeline.collect_cached(out / "profiles", run_dir / "builds" / "instrumented", instr, wl, guest)
+        prof = raws.get(wl.name) or pipeline.collect_cached(out / "profiles", instr_dir, instr, wl, guest)
         pipeline.fix_cached(out / "profiles", instr, wl, prof)
         build("optimized", f"optimized-{wl.name}", out / "profiles" / wl.name)
     build("vanilla", "vanilla")
     kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [
         bench.Kernel(f"optimized-{w.name}", run_dir / "builds" / f"optimized-{w.name}") for w in specs]
-    return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim)
+    return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
 
 
-def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any) -> dict:
+def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any, cluster: str | None = None) -> dict:
     _builder(run_dir)("vanilla", "vanilla")
-    res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest, sim=sim)
+    res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest,
+                      sim=sim, cluster=cluster)
     atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
     return res
 
@@ -133,7 +137,7 @@ def check_compiler(run_dir: Path, plan: list[VariantBuild]) -> None:
 
 
 def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | None, design: bench.Design, guest: vm.Guest,
-             sim: Any = None) -> tuple[dict, dict]:
+             sim: Any = None, cluster: str | None = None) -> tuple[dict, dict]:
     """Build every variant (cached), measure each beside vanilla on the run's workloads (or `names` among them) in one
     bench, and write the study's table (compiler.json). Returns the table and the bench's results."""
     opts = run_options(run_dir)
@@ -151,7 +155,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
     out = run_dir / "studies" / "compiler"
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
     cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]
-    res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim)
+    res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim, cluster=cluster)
     table = compiler_table(res, plan, {label: m["sizes"] for label, m in builds.items()})
     atomic.write_json(out / "compiler.json", table)
     return table, res

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kpgo.commands.common import add_design_options, add_guest_options, add_workload_options, chosen_workloads, design_from, guest_from, sim_from
+from kpgo.commands.common import (
+    add_cluster_option,
+    add_design_options,
+    add_guest_options,
+    add_workload_options,
+    chosen_workloads,
+    design_from,
+    guest_from,
+    sim_from,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,9 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a kernel build; the first is the baseline (repeat to compare; one alone gives its throughput)")
     p.add_argument("-o", "--out", type=Path, default=Path("bench"), metavar="DIR", help="results directory (default ./bench); finished boots in it are reused")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
-    p.add_argument("--cluster", metavar="ADDRESS",
-                   help="boot on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each boot a "
-                   "task on a node with the kpgo_guest resource and what the boot needs, each round on one node (docs/SCALE.md)")
+    add_cluster_option(p, "boot (each round on one node)")
     add_design_options(p)
     add_workload_options(p)
     add_guest_options(p)

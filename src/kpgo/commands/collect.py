@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kpgo.commands.common import add_guest_options, add_workload_options, chosen_workloads, guest_from
+from kpgo.commands.common import add_cluster_option, add_guest_options, add_workload_options, chosen_workloads, guest_from
 
 if TYPE_CHECKING:
     from kpgo.errors import KpgoError
@@ -26,9 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("build_dir", type=Path, metavar="BUILD_DIR", help="an instrumented build (from `kpgo build --variant instrumented`)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="profile directory to write (must not exist)")
-    p.add_argument("--cluster", metavar="ADDRESS",
-                   help="collect on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each workload "
-                   "a task on a node with the kpgo_guest resource and what the workload needs (docs/SCALE.md)")
+    add_cluster_option(p, "collect")
     add_workload_options(p)
     add_guest_options(p)
     p.set_defaults(func=run)

@@ -27,6 +27,12 @@ def add_guest_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--guest-timeout", type=float, default=900, metavar="SECONDS", help="hard limit per guest boot (default 900)")
 
 
+def add_cluster_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help=f"{what} on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each boot a task "
+                   "on a node with the kpgo_guest resource and what the boot needs, one guest per node at a time (docs/SCALE.md)")
+
+
 def add_workload_options(p: argparse.ArgumentParser) -> None:
     from kpgo import workloads
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from kpgo.commands.common import (
+    add_cluster_option,
     add_design_options,
     add_guest_options,
     add_kernel_options,
@@ -26,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "vanilla and each optimized kernel on its workload in one interleaved design, and write summary.md and run.json. "
         "--study universal adds kernels built from the merged profile of all workloads (raw and normalized) measured on "
         "every workload; --study cross measures every optimized kernel on every workload. Steps are cached: run it "
-        "again (or with a study added) to resume.",
+        "again (or with a study added) to resume. With --cluster the collections and the bench boots run on the Ray "
+        "cluster's guest nodes, the builds here.",
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
     p.add_argument("--study", action="append", default=[], choices=("universal", "cross"), help="add a study (repeatable; needs two or more workloads)")
@@ -39,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--values", action="store_true",
                    help="the instrumented kernel records value profiles too (indirect-call targets, divisors, string sizes), "
                    "which the optimized kernels then use (docs/VALUES.md)")
+    add_cluster_option(p, "collect and boot")
     add_design_options(p)
     add_kernel_options(p)
     add_workload_options(p)
@@ -60,18 +63,20 @@ def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
     )
 
 
-def execute(opts) -> int:  # opts: pipeline.RunOptions
-    """Run (or extend) a run: helpers installed and ports checked first, then the pipeline, then its summary."""
+def execute(opts, cluster: str | None = None) -> int:  # opts: pipeline.RunOptions
+    """Run (or extend) a run: helpers installed and ports checked first (on a cluster: on each guest node, before its
+    first boot), then the pipeline, then its summary."""
     import json
 
     from kpgo import bench, pipeline
 
-    prepare_workloads(list(opts.workloads))
-    pipeline.run(opts)
+    if not cluster:
+        prepare_workloads(list(opts.workloads))
+    pipeline.run(opts, cluster)
     print((opts.run_dir / "summary.md").read_text())
     bench.raise_if_failed(json.loads((opts.run_dir / "bench" / "results.json").read_text()), opts.run_dir / "bench")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    return execute(options_from(args))
+    return execute(options_from(args), args.cluster)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kpgo.commands.build import add_variant_file_option
-from kpgo.commands.common import add_design_options, add_guest_options, design_from, guest_from, sim_from
+from kpgo.commands.common import add_cluster_option, add_design_options, add_guest_options, design_from, guest_from, sim_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         q = s.add_parser(name, help=text, description=text + ". Same as re-running the run's command with --study " + name + ".")
         q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+        add_cluster_option(q, "collect and boot")
         q.set_defaults(func=extend_run)
     q = s.add_parser("sensitivity", help="a kernel optimized under one workload setting, measured under the others",
                      description="Collect a profile and build an optimized kernel for each value of one workload parameter, "
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--workload", required=True, metavar="NAME", help="the workload")
     q.add_argument("--vary", required=True, metavar="KEY=V1,V2[,...]", help="the parameter and its values, e.g. clients=1,50")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other parameters of the workload (repeatable)")
+    add_cluster_option(q, "collect and boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=sensitivity)
@@ -36,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "the kernel's share of busy CPU time, of instructions and of L1i/iTLB misses (the characterization table of "
                      "\"One Profile Fits All\"). Results: RUN_DIR/studies/share/.")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    add_cluster_option(q, "boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=share, boots=1)
@@ -53,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "vanilla,o3,os,gcc11,clang,inline,noreorder,optimized,pgo-o3,pgo-pt")
     q.add_argument("--workload", metavar="NAME[,NAME...]", default=None, help="measure on these of the run's workloads only (default: all of them)")
     add_variant_file_option(q)
+    add_cluster_option(q, "boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=compiler, boots=None, runs=None, order=None)  # None: the run's (see compiler())
@@ -65,7 +69,7 @@ def extend_run(args: argparse.Namespace) -> int:
     from kpgo.commands import run
 
     opts = study.run_options(args.run_dir)
-    return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))))
+    return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))), args.cluster)
 
 
 def sensitivity(args: argparse.Namespace) -> int:
@@ -89,8 +93,9 @@ def sensitivity(args: argparse.Namespace) -> int:
     if twice:
         # Values that differ only in characters a directory name cannot hold would share one kernel and profile.
         raise UserError(f"--vary {args.vary}: two values give the same kernel name {twice[0]}", "use values that differ in letters or digits")
-    install.require(specs)
-    res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
+    if not args.cluster:  # on a cluster each guest node checks them
+        install.require(specs)
+    res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), args.cluster)
     print(bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "sensitivity")
     return 0
@@ -101,7 +106,7 @@ def share(args: argparse.Namespace) -> int:
 
     args.sim = True
     specs = list(study.run_options(args.run_dir).workloads)
-    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args))
+    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), args.cluster)
     print(study.format_share(bench.kernel_share(res)), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "share")
     return 0
@@ -115,7 +120,7 @@ def compiler(args: argparse.Namespace) -> int:
     run = study.run_options(args.run_dir).design
     design = bench.Design(args.boots or run.boots, args.runs or run.runs, args.order or run.order, args.seed)
     sim = sim_from(args) if args.sim is not None or args.sim_opt else study.run_options(args.run_dir).sim
-    table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim)
+    table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim, args.cluster)
     print(study.format_compiler(table), flush=True)
     bench.raise_if_failed(results, args.run_dir / "studies" / "compiler")
     return 0
