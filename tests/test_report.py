@@ -169,15 +169,15 @@ def test_per_host_table_of_a_cluster_bench(tmp_path: Path) -> None:
     round whole on one host): the header has each cell's boots per host and, within the host, the ratio to the
     baseline on the headline metric; a single-machine bench has no such table."""
     run_dir = copy_run(DATA / "tiny-cross-sim", tmp_path / "run")
-    doc, _, _ = report(run_dir, tmp_path / "single")
-    assert "per_host" not in doc["sections"]["header"]["data"]
+    doc, _, html = report(run_dir, tmp_path / "single")
+    assert "per_host" not in doc["sections"]["header"]["data"] and 'id="fig-header-hosts"' not in html
     res = load(run_dir / "bench" / "results.json")
     nodes = ["a1" * 20, "b2" * 20]
     for smp in res["samples"]:
         smp["host"] = {"node_id": nodes[smp["round"]], "hostname": f"h{smp['round']}"}
     res["hosts"] = {n: {"hostname": f"h{i}", "cpu_model": "AMD EPYC", "rounds": [i], "boots": 6} for i, n in enumerate(nodes)}
     (run_dir / "bench" / "results.json").write_text(json.dumps(res))
-    doc, md, _ = report(run_dir)
+    doc, md, html = report(run_dir)
     rows = doc["sections"]["header"]["data"]["per_host"]
     assert len(rows) == len(res["samples"])  # two boots per cell, one round on each host
     for row in rows:
@@ -188,6 +188,9 @@ def test_per_host_table_of_a_cluster_bench(tmp_path: Path) -> None:
         assert row["mean"] == pytest.approx(smp["sim_per_op"]["kernel_insns_per_op"])
         assert row["ratio_within_host"] == pytest.approx(smp["sim_per_op"]["kernel_insns_per_op"] / base["sim_per_op"]["kernel_insns_per_op"])
     assert "Per host (each round whole on one host)" in md and f"h1 [{nodes[1][:8]}]" in md
+    # The same ratios as bars, one per host in each group (the tiny run's kernels other than vanilla on each workload).
+    [fig] = re.findall(r'<figure id="fig-header-hosts"><img src="data:image/png;base64,([A-Za-z0-9+/=]*)" alt="([^"]*)"><figcaption>([^<]*)', html)
+    assert base64.b64decode(fig[0])[:8] == b"\x89PNG\r\n\x1a\n" and "simulated" in fig[1] and "Measured: simulated counters" in fig[2]
 
 
 def test_numbers_match_results(tmp_path: Path, dataset: Path) -> None:

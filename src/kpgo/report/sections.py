@@ -127,8 +127,8 @@ def header(ctx: Context) -> Section | Skipped:
             *([("hosts", bench.hosts_line(res).removeprefix("on "))] if res.get("hosts") else []),
         ]))
         if res.get("hosts"):
-            table, per_host = _per_host(res)
-            blocks.append(table)
+            per_host_blocks, per_host = _per_host(res)
+            blocks += per_host_blocks
             data["per_host"] = per_host
         kernels = res.get("kernels") or {}
         blocks.append(Table("Kernels compared", ["label", "variant", "release", "build directory"],
@@ -156,9 +156,10 @@ def header(ctx: Context) -> Section | Skipped:
     return Section(HEADER, how + ".", blocks, data)
 
 
-def _per_host(res: dict[str, Any]) -> tuple[Table, list[dict[str, Any]]]:
+def _per_host(res: dict[str, Any]) -> tuple[list[Table | Figure], list[dict[str, Any]]]:
     """On a cluster: each cell's boots per host and, within the host, its ratio to the baseline on the headline metric
-    (each round is whole on one host, so a host holds every kernel of its rounds): a host that differs shows here."""
+    (each round is whole on one host, so a host holds every kernel of its rounds), as a table and as bars: a host
+    that differs shows here."""
     sim = measure.has_sim(res) and all(s.get("sim_per_op") for s in res["samples"])
     metric = "kernel_insns_per_op" if sim else "mean"
     title = present.metric_title(metric, short=True) if sim else "wall-clock mean"
@@ -169,7 +170,8 @@ def _per_host(res: dict[str, Any]) -> tuple[Table, list[dict[str, Any]]]:
         value = smp["sim_per_op"][metric] if sim else smp["mean"]
         cells.setdefault((smp["workload"], node, smp["kernel"]), []).append(float(value))
     order = kernel_order(res)
-    rows, data = [], []
+    rows: list[list[str]] = []
+    data: list[dict[str, Any]] = []
     for (wl, node, kernel), values in sorted(cells.items(), key=lambda c: (c[0][0], c[0][1], order.index(c[0][2]) if c[0][2] in order else len(order))):
         mean = sum(values) / len(values)
         base = cells.get((wl, node, res["baseline"]))
@@ -179,8 +181,21 @@ def _per_host(res: dict[str, Any]) -> tuple[Table, list[dict[str, Any]]]:
         data.append({"workload": wl, "node_id": node, "kernel": kernel, "boots": len(values), "mean": mean, "ratio_within_host": ratio})
     caption = (f"Per host (each round whole on one host): {title} of each cell's boots on that host, and its ratio to "
                f"{res['baseline']} on the same host; a host whose ratios differ from the others' is what host-to-host spread looks like")
-    return Table(caption, ["workload", "host", "kernel", "boots", title, f"ratio to {res['baseline']}"], rows,
-                 [False, False, False, True, True, True]), data
+    base = res["baseline"]
+    blocks: list[Table | Figure] = [Table(caption, ["workload", "host", "kernel", "boots", title, f"ratio to {base}"], rows,
+                                          [False, False, False, True, True, True])]
+    host_name = {n: f"{(hosts.get(n) or {}).get('hostname', '?')} [{n[:8]}]" for n in dict.fromkeys(r["node_id"] for r in data)}
+    bars = {(f"{r['workload']}\n{r['kernel']}", host_name[r["node_id"]]): figures.Cell(r["ratio_within_host"])
+            for r in data if r["kernel"] != base and r["ratio_within_host"] is not None}
+    if bars:
+        blocks.append(Figure(
+            f"{HEADER.id}-hosts", f"{title[0].upper() + title[1:]} of each kernel relative to {base} on the same host, one bar per host "
+            f"(bars start at 1.0): the same ratio on every host means the hosts agree on the kernels' difference. "
+            + (measure.sim(res) if sim else measure.wall(res)),
+            f"Bar chart: per-host ratio to {base}, {'simulated ' + title if sim else 'wall-clock throughput'} {measure.under(res)}",
+            figures.bar_chart(list(dict.fromkeys(g for g, _ in bars)), list(host_name.values()), bars,
+                              title=f"Per host: {title}, ratio to {base} on the same host", ylabel=f"ratio to {base}")))
+    return blocks, data
 
 
 # -- 0. headline ---------------------------------------------------------------------------------------------------
