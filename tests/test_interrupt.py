@@ -104,7 +104,9 @@ def _digest(root: Path) -> list[tuple[str, bytes]]:
 def test_killed_merge_leaves_nothing_half_written(profiles: Profiles, tmp_path: Path) -> None:  # noqa: F811
     """SIGKILL of `kpgo profile merge` at moments spread over its run (start-up, reading, writing, renaming): the
     output is either absent or whole (equal to an undisturbed merge), and the same command again completes and
-    removes what the killed one left (its temporary directory, named with its pid)."""
+    removes what the killed one left (its temporary directory, named with its pid). Half the kills at fractions of
+    an undisturbed merge's time, half once its temporary output has appeared (0-20 ms after), so that some land while
+    it writes however fast this machine is at the moment."""
     a, b = _many(profiles.k0, tmp_path / "a", 1500), _many(profiles.k1, tmp_path / "b", 1500)
     argv = [sys.executable, "-m", "kpgo", "profile", "merge", str(a), str(b), "-o"]
     env = dict(os.environ)  # the kpgo the other tests run (sys.executable -m kpgo: the installed package)
@@ -116,7 +118,12 @@ def test_killed_merge_leaves_nothing_half_written(profiles: Profiles, tmp_path: 
     for i in range(10):
         out = tmp_path / f"out{i}"
         p = subprocess.Popen([*argv, str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(whole * (0.3 + 0.08 * i))  # from start-up to past the end
+        if i % 2 == 0:
+            time.sleep(whole * (0.3 + 0.16 * (i // 2)))  # from start-up to near the end
+        else:
+            while p.poll() is None and not any(q.name.startswith(f".{out.name}.") for q in tmp_path.iterdir()):
+                time.sleep(0.001)
+            time.sleep((0, 0.002, 0.005, 0.01, 0.02)[i // 2])
         p.send_signal(signal.SIGKILL)
         p.wait()
         left = [q.name for q in tmp_path.iterdir() if q.name.startswith(f".{out.name}.")]
@@ -127,4 +134,5 @@ def test_killed_merge_leaves_nothing_half_written(profiles: Profiles, tmp_path: 
         subprocess.run([*argv, str(out)], check=True, env=env, capture_output=True)
         assert _digest(out) == ref
         assert not [q for q in tmp_path.iterdir() if q.name.startswith(f".{out.name}.")], "the killed merge's leftovers stayed"
+    print(f"kills while writing: {killed_while_writing} of 10")
     assert killed_while_writing, "no kill landed while the output was being written: the test did not test"
