@@ -500,19 +500,11 @@ def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, na
 
     node = ray.get_runtime_context().get_node_id()
     image = _kernel_here(*kernel)
-    work = cache_dir() / "cluster" / "boots" / node[:12] / name  # the node id: nodes may share a cache (NFS, tests)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
+    with _node_work(node, "boots", name) as work:
         outcome = bench.measure(image, work, step, key, how)
         where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
         where["node_id"] = node
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            tar.add(work, arcname=".")
-        return outcome, buf.getvalue()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        return outcome, _tar(work)
 
 
 def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tuple[dict[str, Any], bytes | None]:
@@ -525,10 +517,7 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
 
     node = ray.get_runtime_context().get_node_id()
     where = {"node_id": node, **host.identity()}
-    work = cache_dir() / "cluster" / "collect" / node[:12] / workload.name  # the node id: nodes may share a cache
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
+    with _node_work(node, "collect", workload.name) as work:
         try:
             profile = collect.collect(_build_here(*build), workload, work / "p", guest=guest)
             outcome: dict[str, Any] = {"profile": profile, "host": where}
@@ -536,14 +525,36 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
         except KpgoError as e:
             outcome = {"error": e.message, "exit_code": e.exit_code, "host": where}
             kept = work / "p.failed-logs"
-        if not kept.is_dir():
-            return outcome, None
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            tar.add(kept, arcname=".")
-        return outcome, buf.getvalue()
+        return outcome, _tar(kept) if kept.is_dir() else None
+
+
+@contextlib.contextmanager
+def _node_work(node: str, kind: str, name: str) -> Iterator[Path]:
+    """A task's empty directory on this node, removed when the task ends: nothing a task writes is read by anyone
+    else, so a retried task cannot count its work twice. The node id is in the path: nodes may share a cache (NFS,
+    tests)."""
+    work = cache_dir() / "cluster" / kind / node[:12] / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _tar(root: Path) -> bytes:
+    """root's files as a gzipped tar, for the driver to write (untar)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=".")
+    return buf.getvalue()
+
+
+def untar(data: bytes, dest: Path) -> None:
+    """What _tar packed on a node, written into dest (the driver's side)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")
 
 
 def _safe_key(key: str) -> str:
@@ -647,9 +658,7 @@ class BenchOnCluster:
                                   "hint": "run the same command again to retry it", "exit_code": InfraError.exit_code,
                                   "host": {"node_id": node}}, None
             if files:
-                b.bootdir.mkdir(parents=True, exist_ok=True)
-                with tarfile.open(fileobj=io.BytesIO(files), mode="r:gz") as tar:
-                    tar.extractall(b.bootdir, filter="data")
+                untar(files, b.bootdir)
             sched.done(b)
             yield b, outcome
             submit(node)

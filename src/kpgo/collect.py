@@ -123,27 +123,19 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
             if files:
                 kept = out.parent / f"{out.name}.failed-logs"
                 shutil.rmtree(kept, ignore_errors=True)
-                _untar(files, kept)
+                cluster.untar(files, kept)
                 hint = f"guest logs kept in {kept}"
             where = outcome["host"].get("hostname", outcome["host"]["node_id"][:8])
             yield wl, (UserError if outcome["exit_code"] == UserError.exit_code else InfraError)(f"{outcome['error']} (on {where})", hint)
             continue
         assert files is not None
         with atomic.output_dir(out) as tmp:
-            _untar(files, tmp)
+            cluster.untar(files, tmp)
             profile = dict(outcome["profile"], host=outcome["host"])
             atomic.write_json(tmp / "profile.json", profile)
         say(f"collect {wl.name}: {profile['files']} .gcda files, {profile['throughput']:.0f} {wl.unit}, collected on "
             f"{outcome['host'].get('hostname', '?')} [{outcome['host']['node_id'][:8]}] — {out}")
         yield wl, profile
-
-
-def _untar(data: bytes, dest: Path) -> None:
-    import io
-
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
 
 
 def _profile_info(root: Path) -> dict:
