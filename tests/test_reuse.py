@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kpgo import variants
 from kpgo.gcov.gcda import read_gcda
 from kpgo.kernel import kbuild
 
@@ -50,10 +51,24 @@ def profile_dir(base: Path, run: Path, sum_max: int) -> Path:
     return base
 
 
-def compile_in(d: Path, src: Path, name: str, *, cc: list[str], extra: list[str] = (), env: dict[str, str] | None = None) -> Path:
-    subprocess.run([*cc, *FLAGS, *extra, "-c", src / f"{name}.c", "-o", f"{name}.o"], cwd=d, check=True,
+def compile_in(d: Path, src: Path, name: str, *, cc: list[str], extra: list[str] = (), env: dict[str, str] | None = None,
+               flags: list[str] = FLAGS) -> Path:
+    # with the dependency file as Kbuild asks for it (ccache's depend mode reads it)
+    subprocess.run([*cc, f"-Wp,-MMD,.{name}.o.d", *flags, *extra, "-c", src / f"{name}.c", "-o", f"{name}.o"], cwd=d, check=True,
                    env={**os.environ, **(env or {})})
     return d / f"{name}.o"
+
+
+def ccache_env(variant: str, tmp_path: Path) -> dict[str, str]:
+    """The build's own compiler environment (kbuild._make_vars) with a cache of the test's."""
+    make_args, env = kbuild._make_vars(variants.get(variant))
+    assert make_args == [f"CC=sh {kbuild.REUSE_CC}"]
+    return env | {"CCACHE_DIR": str(tmp_path / "ccache")}
+
+
+def ccache_counts(env: dict[str, str]) -> dict[str, int]:
+    stats = subprocess.run(["ccache", "--print-stats"], env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split("\t") for line in stats.splitlines())}
 
 
 def test_all_zero_profile_compiles_the_same_for_any_sum_max(profiled: tuple[Path, Path], tmp_path: Path) -> None:
@@ -74,7 +89,8 @@ def test_all_zero_profile_compiles_the_same_for_any_sum_max(profiled: tuple[Path
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is installed by `make setup`")
 def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path], tmp_path: Path) -> None:
     src, run = profiled
-    env = {"KPGO_REUSE": "zero", "CCACHE_DIR": str(tmp_path / "ccache"), "CCACHE_NOHASHDIR": "1"}
+    env = ccache_env("optimized", tmp_path)
+    assert env["KPGO_REUSE"] == "zero" and env["CCACHE_DEPEND"] == "1"
     cc = ["sh", str(kbuild.REUSE_CC)]
     builds = {}
     for name, sum_max in (("redis", 2000), ("nginx", 31337)):  # two workloads: different profile-wide maxima
@@ -87,10 +103,9 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
             compile_in(out, src, obj, cc=cc, extra=["-fdump-ipa-profile"], env=env)
         builds[name] = out
     assert sha(builds["redis"] / "cold.gcda") == sha(builds["nginx"] / "cold.gcda")  # canonical summary
-    stats = subprocess.run(["ccache", "--print-stats"], env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
-    counts = dict(line.split("\t") for line in stats.splitlines())
-    assert int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]) == 1  # nginx's cold.o
-    assert int(counts["cache_miss"]) == 1  # redis's cold.o; hot.o never goes through ccache
+    counts = ccache_counts(env)
+    assert counts["direct_cache_hit"] == 1 and counts["preprocessed_cache_hit"] == 0  # nginx's cold.o, by depend mode
+    assert counts["cache_miss"] == 1  # redis's cold.o; hot.o never goes through ccache
     # The reused object is what GCC produces from the workload's own (un-canonicalized) profile.
     direct = tmp_path / "direct"
     profile_dir(direct, run, 31337)
@@ -98,3 +113,29 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
     # The proof's evidence: objects with a non-zero profile are compiled with their dump, every time.
     for out in builds.values():
         assert list(out.glob("hot.c.*i.profile")) and not list(out.glob("cold.c.*i.profile"))
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is installed by `make setup`")
+def test_vanilla_objects_come_from_ccache_and_a_changed_profile_misses(profiled: tuple[Path, Path], tmp_path: Path) -> None:
+    """A build with neither profile nor gcov sends every object through ccache (a second run's vanilla kernel comes
+    from the cache, byte-identical to GCC's); in depend mode a changed .gcda still misses; gcov builds never use it."""
+    src, run = profiled
+    env = ccache_env("vanilla", tmp_path)
+    assert env["KPGO_REUSE"] == "all"
+    objs = []
+    for name in ("run1", "run2"):
+        d = tmp_path / name
+        d.mkdir()
+        objs.append(sha(compile_in(d, src, "hot", cc=["sh", str(kbuild.REUSE_CC)], env=env, flags=["-O2"])))
+    assert ccache_counts(env)["direct_cache_hit"] == 1 and ccache_counts(env)["cache_miss"] == 1
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert objs == [sha(compile_in(plain, src, "hot", cc=["gcc"], flags=["-O2"]))] * 2
+    # Under -fprofile-use the .gcda is an input: the same object with another profile is compiled, not reused.
+    opt = ccache_env("optimized", tmp_path) | {"KPGO_REUSE": "all"}
+    for i, sum_max in enumerate((2000, 2000, 31337)):
+        d = tmp_path / f"p{i}"
+        profile_dir(d, run, sum_max)
+        compile_in(d, src, "hot", cc=["sh", str(kbuild.REUSE_CC)], env=opt)
+    assert ccache_counts(opt)["direct_cache_hit"] == 2 and ccache_counts(opt)["cache_miss"] == 3  # (the first from run1/2)
+    assert kbuild._make_vars(variants.get("instrumented")) == ([], {})

@@ -5,6 +5,7 @@ the build keys of the builds made before variants were data, unchanged."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Iterator
@@ -166,12 +167,20 @@ def test_dry_run_make_lines(tmp_path: Path) -> None:
         d.mkdir()
         lines = [ln for ln in dry_run(d, variant) if not ln.startswith("#")]
         tree, out = d / "linux", d / "out"
-        assert lines == [
+        kc = f" {kcflags}" if kcflags else ""
+        if variant == "clang" or not shutil.which("ccache"):
+            build = f"make -C {tree} O={out} -j3{make_vars} bzImage{kc}"
+        else:  # every object through the ccache wrapper, which runs the variant's GCC (KPGO_CC)
+            cc = f" KPGO_CC={make_vars.removeprefix(' CC=')}" if make_vars else ""
+            build = f"KPGO_REUSE=all CCACHE_DIR=<cache> CCACHE_NOHASHDIR=1 CCACHE_DEPEND=1{cc} make -C {tree} O={out} -j3 'CC=sh {kbuild.REUSE_CC}' bzImage{kc}"
+        assert [re.sub(r"CCACHE_DIR=\S+", "CCACHE_DIR=<cache>", ln) for ln in lines] == [
             f"make -C {tree} O={out}{make_vars} allnoconfig",
             f"{tree}/scripts/kconfig/merge_config.sh -m -O {out} {out}/.config {tiny}{frags}",
             f"make -C {tree} O={out}{make_vars} olddefconfig",
-            f"make -C {tree} O={out} -j3{make_vars} bzImage" + (f" {kcflags}" if kcflags else ""),
+            build,
         ], variant
+    # the gcov kernel never: its objects embed their own build directory's .gcda paths
+    assert dry_run(tmp_path / "instr", "instrumented")[-1] == f"make -C {tmp_path / 'instr/linux'} O={tmp_path / 'instr/out'} -j3{gcc12} bzImage"
 
 
 def test_dry_run_says_what_is_missing(tmp_path: Path) -> None:
@@ -179,7 +188,10 @@ def test_dry_run_says_what_is_missing(tmp_path: Path) -> None:
     mine = write_variant(tmp_path / "mine.toml", compiler="gcc-6")  # not in Debian 12: never installed
     lines = dry_run(tmp_path, "mine", "--variant-file", mine)
     assert "gcc-6 is not installed" in lines[1] and "apt-get install gcc-6" in lines[1]
-    assert lines[-1].endswith("-j3 CC=gcc-6 bzImage")
+    if shutil.which("ccache"):  # the wrapper runs the variant's GCC
+        assert "KPGO_CC=gcc-6" in lines[-1] and lines[-1].endswith(f"-j3 'CC=sh {kbuild.REUSE_CC}' bzImage")
+    else:
+        assert lines[-1].endswith("-j3 CC=gcc-6 bzImage")
 
 
 def test_missing_compiler_is_refused(tmp_path: Path) -> None:
@@ -295,10 +307,11 @@ def test_build_runs_the_dry_run_lines(tmp_path: Path, fake_tools: Path, name: st
     (tree / "scripts" / "kconfig" / "merge_config.sh").write_text(FAKE_MERGE)
     (tree / "scripts" / "kconfig" / "merge_config.sh").chmod(0o755)
     req = kbuild.BuildRequest(KernelSource(tree, "6.12.0", "x"), kconfig.resolve("tiny", None, []), variants.get(name), tmp_path / "out", None, 3)
-    planned = [ln for ln in kbuild.dry_run(req) if ln.startswith("make ")]
+    planned = [ln for ln in kbuild.dry_run(req) if not ln.startswith("#") and "make -C" in ln]
     record = kbuild.build(req)
     ran = [ln.split("\t") for ln in fake_tools.read_text().splitlines() if not ln.endswith("\tkernelrelease")]
-    assert ran == [shlex.split(ln) for ln in planned]
+    # the make lines as run; the build's environment (the ccache wrapper's) in front of the last
+    assert ran == [shlex.split(ln)[shlex.split(ln).index("make"):] for ln in planned]
     v = variants.get(name)
     assert record["variant"] == name and record["opt"] == v.opt and record["flags"] == list(v.flags)
     assert record["compiler"]["name"] == v.compiler.name and record["make_command"] == planned[-1]

@@ -367,17 +367,18 @@ def _install_profile(profile: Path, out: Path) -> tuple[int, int]:
 
 
 def _make_vars(variant: Variant) -> tuple[list[str], dict[str, str]]:
-    """make variables and environment of the build: the variant's compiler (CC=gcc-11, LLVM=-19), and for a profile
-    build the wrapper that sends its reusable compiles through ccache: the all-zero-profile objects. (Not the other
-    variants: a ccache miss costs ~25% more than a plain compile, and a run builds its vanilla and instrumented
-    kernels once.) Without ccache reuse is off, and the build says so."""
+    """make variables and environment of the build: the variant's compiler (CC=gcc-11, LLVM=-19), and the wrapper
+    that sends reusable compiles through ccache: for a profile build its all-zero-profile objects, for a build with
+    neither profile nor gcov (vanilla, compiler variants) every object, so a second run or study builds it from the
+    cache. Not the instrumented kernel: its objects embed their build directory's .gcda paths. Depend mode: a miss
+    costs about a plain compile (docs/ARCHITECTURE.md). Without ccache nothing is reused, and a profile build says so."""
     compiler = variant.compiler
-    if not variant.profile or not proc.which("ccache"):
+    if variant.gcov or compiler.family != "gcc" or not proc.which("ccache"):  # (Clang builds: not tried with it)
         return list(compiler.make_args()), {}
-    env = {"KPGO_REUSE": "zero", "CCACHE_DIR": str(cache_dir() / "ccache"),
+    env = {"KPGO_REUSE": "zero" if variant.profile else "all", "CCACHE_DIR": str(cache_dir() / "ccache"),
            # Each build has its own O= directory, and Kbuild compiles in it: without this every build would miss.
-           "CCACHE_NOHASHDIR": "1"}
-    if compiler.command != "gcc":  # the wrapper is make's CC, so it is told the variant's (profiles are GCC's only)
+           "CCACHE_NOHASHDIR": "1", "CCACHE_DEPEND": "1"}
+    if compiler.command != "gcc":  # the wrapper is make's CC, so it is told the variant's (CC=gcc-11)
         env["KPGO_CC"] = compiler.command
     return [f"CC=sh {REUSE_CC}"], env
 

@@ -19,4 +19,5 @@ if [ "${KPGO_REUSE:-}" = zero ] && [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]
   done
   exec ccache "$cc" "$@"
 fi
+[ "${KPGO_REUSE:-}" = all ] && exec ccache "$cc" "$@"
 exec "$cc" "$@"
