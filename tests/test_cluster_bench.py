@@ -24,6 +24,8 @@ from conftest import CliResult, assert_one_line_error, workload
 from kpgo import bench, collect, pipeline, vm
 from kpgo.cluster import GUEST, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
+from kpgo.kernel import kbuild
+from test_variants import FAKE_MAKE, fake_buildable_tree
 
 TESTS = Path(__file__).resolve().parent
 
@@ -231,6 +233,13 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
         mp.setenv("KPGO_CACHE", str(cache))
         mp.setenv("KPGO_ACCEL", "tcg")
         mp.setenv(fake_boot.SECONDS, "1.5")
+        # builds: make is test_variants' fake, which logs each call and takes FAKE_MAKE_SECONDS to make a bzImage
+        bin_dir = tmp_path_factory.mktemp("bin")
+        (bin_dir / "make").write_text(FAKE_MAKE)
+        (bin_dir / "make").chmod(0o755)
+        mp.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        mp.setenv("KPGO_FAKE_LOG", str(cache / "make.log"))
+        mp.setenv("KPGO_FAKE_MAKE_SECONDS", "1.5")
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {GUEST: 1}, "include_dashboard": False})
         try:
             worker = cluster.add_node(num_cpus=1, resources={GUEST: 1})
@@ -431,3 +440,97 @@ def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tm
         assert isinstance(res[name], dict) and res[name]["host"]["node_id"] == head
         assert json.loads((outs[name] / "profile.json").read_text()) == res[name]
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["fake-a", "fake-b"]
+
+
+# -- kernel builds on the cluster (make faked: test_variants.FAKE_MAKE) -------------------------------------------
+
+
+def run_options(tmp_path: Path, tree: Path) -> pipeline.RunOptions:
+    return pipeline.RunOptions(tmp_path / "run", "tiny", None, (), tree, "redis", (), bench.Design(), 3, vm.Guest())
+
+
+def made(cache: Path) -> list[list[str]]:
+    """The fake make's bzImage calls so far, each its arguments."""
+    log = cache / "make.log"
+    return [args for ln in log.read_text().splitlines() if "bzImage" in (args := ln.split("\t"))] if log.exists() else []
+
+
+def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """`kpgo run --cluster`'s builds: two at once, each on its own node from the node's copy of the source, written
+    here under the key a local build would have, saying where they were built; a rerun builds nothing."""
+    cluster, _, cache = two_nodes
+    extra = cluster.add_node(num_cpus=1)  # a node without the guest resource builds too (the worker may be gone)
+    cluster.wait_for_nodes()
+    opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
+    build = opts.builder(*opts.kernel(), cluster.address)
+    before = len(made(cache))
+    try:
+        res = build.many([("vanilla", "vanilla", None), ("o3", "o3", None)])
+    finally:
+        cluster.remove_node(extra)
+    runs = made(cache)[before:]
+    assert len(runs) == 2
+    assert len({r["built_on"]["node_id"] for r in res.values()}) == 2  # two free nodes, two builds at once
+    for label, r in res.items():
+        out = tmp_path / "run" / "builds" / label
+        assert r["ok"] and r["key"] == kbuild.key_of(build.request(label, label)) and r["variant"] == label
+        assert json.loads((out / "build.json").read_text()) == r
+        assert r["bzImage"] == str(out / "arch" / "x86" / "boot" / "bzImage") and (out / "arch" / "x86" / "boot" / "bzImage").is_file()
+        assert (out / ".kpgo-key").read_text() == r["key"] and (out / "build.log").is_file()
+        # compiled on its node, in the node's directory (the build's build_dir: a gcov kernel's debugfs names it)
+        node_out = cache / "cluster" / "builds" / r["built_on"]["node_id"][:12] / label / "out"
+        assert r["build_dir"] == str(node_out) and any(f"O={node_out}" in run for run in runs)
+        assert kbuild.cached(build.request(label, label)) is not None
+    assert not [p for p in (cache / "cluster" / "builds").glob("*/*")]
+    # Up to date here: nothing is built again.
+    assert build.many([("vanilla", "vanilla", None), ("o3", "o3", None)]) == res and len(made(cache)) == before + 2
+
+
+def test_no_node_can_build_is_one_line(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """Nodes whose kernel source is not the driver's are not chosen; with none left, one line naming each node."""
+    from dataclasses import replace
+
+    cluster, _, _ = two_nodes
+    opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
+    spec, src = opts.kernel()
+    build = pipeline.Builder(opts, spec, replace(src, ident="0" * 16), cluster.address)
+    with pytest.raises(UserError) as e:
+        build("vanilla", "vanilla")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"no node of the Ray cluster at {cluster.address} can build these kernels")
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    assert msg.count("is not the driver's") == len(alive) and "make setup" in msg
+    assert not (tmp_path / "run" / "builds" / "vanilla").exists()
+
+
+def test_a_node_removed_during_a_build(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+    """A node added to the cluster is killed while it builds: its build goes back to the queue and is built on
+    another node; every build is written here once, complete."""
+    cluster, _, cache = two_nodes
+    fresh = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    work = cache / "cluster" / "builds" / fresh.node_id[:12]
+    removed: list[str] = []
+
+    def kill_during_its_build() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            seen = [p.name for p in work.glob("*")]
+            if seen:
+                cluster.remove_node(fresh, allow_graceful=False)
+                removed.extend(seen)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_during_its_build)
+    killer.start()
+    opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
+    res = opts.builder(*opts.kernel(), cluster.address).many([(v, v, None) for v in ("vanilla", "o3", "os")])
+    killer.join()
+    assert removed, "the added node was not seen building"
+    assert all(r["ok"] and r["built_on"]["node_id"] != fresh.node_id for r in res.values())
+    for label, r in res.items():
+        assert json.loads((tmp_path / "run" / "builds" / label / "build.json").read_text()) == r
+    assert sorted(p.name for p in (tmp_path / "run" / "builds").iterdir()) == ["o3", "os", "vanilla"]

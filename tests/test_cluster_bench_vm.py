@@ -6,7 +6,9 @@ tiny_run) on redis, two boots each:
 (b) the worker node killed during its second boot: its round moves whole to the head, the bench completes, and no
     cell is counted twice;
 (c) `kpgo collect --cluster` of two workloads with the tiny instrumented kernel: one on each node at once, each
-    profile the kernel's own.
+    profile the kernel's own;
+(d) (marked slow) the run's vanilla and optimized-micro kernels built again on the two nodes at once: the same keys,
+    code and proof.
 
     nice -n 19 .venv/bin/python -m pytest -q -m vm tests/test_cluster_bench_vm.py
 
@@ -143,3 +145,31 @@ def test_worker_node_killed_during_a_boot(tiny_run: Path, two_nodes: tuple[Any, 
     assert [(m["round"], m["from"], m["to"], m["booted_again"]) for m in placed["moved"]] == [(lost_round, [worker.node_id], head, 1)]
     for s in res["samples"]:  # on disk, what was counted: the worker's finished boot was replaced by the head's
         assert json.loads((boot_dir(out, s) / "sample.json").read_text())["host"]["node_id"] == head
+
+
+@pytest.mark.slow
+def test_real_builds_on_a_local_cluster(tiny_run: Path, two_nodes: tuple[Any, Any], tmp_path: Path) -> None:
+    """The tiny run's vanilla and optimized-micro kernels built again, at once, one on each node of the cluster (the
+    nodes' ccache is this session's: vanilla and the all-zero-profile objects come from it, the profiled objects are
+    compiled): the same keys, the same code (functions' sizes) and the same proof as the run's own builds, the
+    instrumented kernel's .gcno files not needed here."""
+    from dataclasses import replace
+
+    from kpgo import study
+
+    cluster, worker = two_nodes
+    opts = replace(study.run_options(tiny_run), run_dir=tmp_path / "run")
+    res = opts.builder(*opts.kernel(), cluster.address).many(
+        [("vanilla", "vanilla", None), ("optimized", "optimized-micro", tiny_run / "profiles" / "micro")])
+    assert {r["built_on"]["node_id"] for r in res.values()} == {cluster.head_node.node_id, worker.node_id}
+    for label, r in res.items():
+        mine = json.loads((tiny_run / "builds" / label / "build.json").read_text())
+        assert r["ok"] and r["key"] == mine["key"]
+        assert r["sizes"]["functions_size"] == mine["sizes"]["functions_size"] and r["sizes"]["text_span"] == mine["sizes"]["text_span"]
+        out = tmp_path / "run" / "builds" / label
+        assert (out / "vmlinux").is_file() and (out / "arch" / "x86" / "boot" / "bzImage").is_file()
+    assert res["optimized-micro"]["proof"]["ok"]
+    assert res["optimized-micro"]["proof"] == json.loads((tiny_run / "builds" / "optimized-micro" / "build.json").read_text())["proof"]
+    assert json.loads((tmp_path / "run" / "builds" / "optimized-micro" / "proof.json").read_text())["summary"]["ok"]
+    print(json.dumps({label: {"node": r["built_on"]["node_id"][:8], "seconds": r["seconds"], "reuse": r["reuse"],
+                              "objects_compiled": r["objects_compiled"]} for label, r in res.items()}, indent=1))

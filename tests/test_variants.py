@@ -262,7 +262,8 @@ def test_build_json_compiler_record() -> None:
 
 
 FAKE_MAKE = r"""#!/bin/sh
-# make as far as kpgo's build step sees it: every call logged, configure targets write .config, bzImage an image.
+# make as far as kpgo's build step sees it: every call logged, configure targets write .config, bzImage an image
+# (after KPGO_FAKE_MAKE_SECONDS, default none).
 { printf 'make'; printf '\t%s' "$@"; echo; } >> "$KPGO_FAKE_LOG"  # one call a line, its arguments tab-separated
 out=; target=
 for a in "$@"; do
@@ -270,7 +271,7 @@ for a in "$@"; do
 done
 case "$target" in
   allnoconfig|x86_64_defconfig) : > "$out/.config" ;;
-  bzImage) echo "  CC      kernel/fork.o"; mkdir -p "$out/arch/x86/boot"; echo image > "$out/arch/x86/boot/bzImage" ;;
+  bzImage) echo "  CC      kernel/fork.o"; sleep "${KPGO_FAKE_MAKE_SECONDS:-0}"; mkdir -p "$out/arch/x86/boot"; echo image > "$out/arch/x86/boot/bzImage" ;;
   kernelrelease) echo 6.12.0 ;;
 esac
 """
@@ -282,6 +283,15 @@ shift 3; dot=$1; shift; cat "$@" >> "$dot"
 FAKE_GCC11 = """#!/bin/sh
 case "$1" in -dumpfullversion) echo 11.3.0 ;; --version) echo "gcc-11 (fake) 11.3.0" ;; *) exit 0 ;; esac
 """
+
+
+def fake_buildable_tree(root: Path) -> Path:
+    """fake_tree with the config merge script a build runs (FAKE_MERGE); make itself is FAKE_MAKE on the PATH."""
+    tree = fake_tree(root)
+    (tree / "scripts" / "kconfig").mkdir(parents=True)
+    (tree / "scripts" / "kconfig" / "merge_config.sh").write_text(FAKE_MERGE)
+    (tree / "scripts" / "kconfig" / "merge_config.sh").chmod(0o755)
+    return tree
 
 
 @pytest.fixture
@@ -302,10 +312,7 @@ def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_build_runs_the_dry_run_lines(tmp_path: Path, fake_tools: Path, name: str) -> None:
     """A build (with make faked) runs exactly the make lines its dry run prints, and build.json says which compiler,
     level and flags it used."""
-    tree = fake_tree(tmp_path / "linux")
-    (tree / "scripts" / "kconfig").mkdir(parents=True)
-    (tree / "scripts" / "kconfig" / "merge_config.sh").write_text(FAKE_MERGE)
-    (tree / "scripts" / "kconfig" / "merge_config.sh").chmod(0o755)
+    tree = fake_buildable_tree(tmp_path / "linux")
     req = kbuild.BuildRequest(KernelSource(tree, "6.12.0", "x"), kconfig.resolve("tiny", None, []), variants.get(name), tmp_path / "out", None, 3)
     planned = [ln for ln in kbuild.dry_run(req) if not ln.startswith("#") and "make -C" in ln]
     record = kbuild.build(req)

@@ -39,8 +39,10 @@ import re
 import shutil
 import socket
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -59,6 +61,9 @@ RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --re
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
 KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
 # have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
+# What the driver keeps of a build made on a node: the kernel, vmlinux (the simulator's and the report's symbols and
+# sizes), the log, the proof and the key (a later build there knows the directory); a gcov build's .gcno files too.
+BUILD_FILES = (*KERNEL_FILES, "vmlinux", "System.map", "build.log", "proof.json", ".kpgo-key")
 
 
 def _import_ray() -> ModuleType:
@@ -528,6 +533,71 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
         return outcome, _tar(kept) if kept.is_dir() else None
 
 
+def _build_check_task(source_arg: str | None, ident: str, compilers: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    """Whether this node can build the kernels: Kbuild's tools, the driver's kernel source (the same identity: the same
+    tarball, or the same tree at the same path) and each compiler at the driver's version (a build's key has it, and a
+    profile is read by the GCC that wrote it)."""
+    import ray
+
+    from kpgo import host, proc
+    from kpgo.kernel import source
+
+    facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity()}
+    problems = [f"{t} ({proc.PACKAGES.get(t, t)}) is not installed" for t in ("make", "flex", "bison", "bc", "gcc") if proc.which(t) is None]
+    for name, (compiler, version) in compilers.items():
+        try:
+            have = compiler.version()
+        except KpgoError:
+            have = None
+        if have != version:
+            problems.append(f"{name} is {'missing' if have is None else have} here, {version} on the driver")
+    try:
+        src = source.resolve(Path(source_arg) if source_arg else None)
+        if src.ident != ident:
+            problems.append(f"its kernel source {src.path} is not the driver's")
+    except KpgoError as e:
+        problems.append(e.message)
+    return {**facts, "problems": problems}
+
+
+def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[str, bytes]], profile: list[Any] | None) -> tuple[dict[str, Any], bytes]:
+    """One kernel build on this node (kpgo.kernel.kbuild.build) in a node-local directory, from the node's copy of the
+    kernel source, the driver's config files and profile, with the node's cores; returns its build.json (or the
+    error) and BUILD_FILES as a tar for the driver to write. The key must be the driver's: same inputs, same kernel."""
+    import ray
+
+    from kpgo import host
+    from kpgo.kernel import kbuild, source
+
+    node = ray.get_runtime_context().get_node_id()
+    where = {"node_id": node, **host.identity()}
+    with _node_work(node, "builds", req.out.name) as work:
+        (work / "config").mkdir()
+        files = []
+        for i, (name, data) in enumerate(configs):
+            files.append(work / "config" / f"{i}-{name}")
+            files[-1].write_bytes(data)
+        prof = None
+        if profile is not None:
+            prof = work / "profile"
+            untar(ray.get(profile[0]), prof)
+        mine = replace(req, source=source.resolve(Path(source_arg) if source_arg else None), config=replace(req.config, files=tuple(files)),
+                       out=work / "out", profile=prof, jobs=(os.cpu_count() or 2) + 1)
+        try:
+            if kbuild.key_of(mine) != key:
+                raise UserError(f"the build's inputs on {where['hostname']} differ from the driver's (kernel source, config or compiler)",
+                                "set the node up as the driver's machine (make setup) — docs/SCALE.md")
+            record = kbuild.build(mine)
+            outcome: dict[str, Any] = {"build": record, "host": where}
+        except KpgoError as e:
+            outcome = {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "host": where}
+        out = work / "out"
+        keep = [r for r in BUILD_FILES if (out / r).is_file()]
+        if "build" in outcome and outcome["build"].get("gcov"):  # kpgo.analysis reads the functions' structure from them
+            keep += [str(g.relative_to(out)) for g in out.rglob("*.gcno")]
+        return outcome, _tar(out, keep)
+
+
 @contextlib.contextmanager
 def _node_work(node: str, kind: str, name: str) -> Iterator[Path]:
     """A task's empty directory on this node, removed when the task ends: nothing a task writes is read by anyone
@@ -542,11 +612,12 @@ def _node_work(node: str, kind: str, name: str) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _tar(root: Path) -> bytes:
-    """root's files as a gzipped tar, for the driver to write (untar)."""
+def _tar(root: Path, only: Sequence[str] | None = None) -> bytes:
+    """root's files (or only these, relative to it) as a gzipped tar, for the driver to write (untar)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(root, arcname=".")
+        for rel in ["."] if only is None else only:
+            tar.add(root / rel, arcname=rel)
     return buf.getvalue()
 
 
@@ -562,28 +633,81 @@ def _safe_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key) else hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-class BenchOnCluster:
-    """kpgo.bench.Runner on a Ray cluster: each boot a Ray task on the node its round was given (node affinity),
-    holding the node's GUEST resource and all its CPUs, so nothing else Ray schedules shares the node with a
-    measurement."""
+class _Nodes:
+    """The nodes of the cluster a command uses (those whose check passed), and how a task is pinned to one."""
+
+    guest = True  # tasks hold the node's GUEST resource (boots, collections); builds do not need it
 
     def __init__(self, ray: ModuleType, address: str) -> None:
         self.ray, self.address = ray, address
-        self.checks: dict[str, dict[str, Any]] = {}  # node id -> its check, for the nodes that boot
+        self.checks: dict[str, dict[str, Any]] = {}  # node id -> its check, for the nodes used
         self.cpus: dict[str, float] = {}
-        self.kernels: dict[str, tuple[str, list[Any]]] = {}  # label -> (node cache key, [object ref])
-        self.accel = ""
-        self.schedule: Schedule | None = None
 
     def _on(self, node: str) -> dict[str, Any]:
+        """A task on this node holding all its CPUs (and its GUEST), so nothing else Ray schedules shares the node."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        return {"num_cpus": self.cpus[node], "resources": {GUEST: 1},
+        return {"num_cpus": self.cpus[node], "resources": {GUEST: 1} if self.guest else {},
                 "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
 
     def _name(self, node: str) -> str:
         c = self.checks.get(node)
         return f"{c['hostname'] if c else '?'} [{node[:8]}]"
+
+    def _lost(self, node: str, e: Exception) -> bool:
+        exc = self.ray.exceptions
+        if isinstance(e, tuple(getattr(exc, n) for n in ("TaskUnschedulableError", "NodeDiedError") if hasattr(exc, n))):
+            return True
+        return not any(n["NodeID"] == node and n.get("Alive") for n in self.ray.nodes())
+
+    def spread(self, items: list[Any], start: Any, what: str) -> Iterator[tuple[Any, str, Any]]:
+        """Each item a task on a node of self.checks, one at a time per node, the next item to the node that is free;
+        a node lost mid-task gives its item back to the queue, run again on another node. start(node, item) submits
+        the task and returns its ref. Yields (item, node, the task's value or its RayError) as each ends."""
+        ray = self.ray
+        queue, live = list(items), list(self.checks)
+        inflight: dict[Any, tuple[str, Any]] = {}
+
+        def submit(node: str) -> None:
+            if queue:
+                item = queue.pop(0)
+                inflight[start(node, item)] = (node, item)
+
+        for n in live:
+            submit(n)
+        while inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            node, item = inflight.pop(ready[0])
+            try:
+                value = ray.get(ready[0])
+            except ray.exceptions.RayError as e:
+                if self._lost(node, e):
+                    live.remove(node)
+                    if not live:
+                        raise InfraError(f"{what}: every node of the Ray cluster at {self.address} it ran on was lost",
+                                         "start nodes again (docs/SCALE.md) and run the same command again") from None
+                    say(f"{what}: {self._name(node)} was lost; its task runs again on another node")
+                    queue.insert(0, item)
+                    busy = {n for n, _ in inflight.values()}
+                    for n in live:
+                        if n not in busy:
+                            submit(n)
+                    continue
+                value = e
+            yield item, node, value
+            submit(node)
+
+
+class BenchOnCluster(_Nodes):
+    """kpgo.bench.Runner on a Ray cluster: each boot a Ray task on the node its round was given (node affinity),
+    holding the node's GUEST resource and all its CPUs, so nothing else Ray schedules shares the node with a
+    measurement."""
+
+    def __init__(self, ray: ModuleType, address: str) -> None:
+        super().__init__(ray, address)
+        self.kernels: dict[str, tuple[str, list[Any]]] = {}  # label -> (node cache key, [object ref])
+        self.accel = ""
+        self.schedule: Schedule | None = None
 
     def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any, what: str = "bench") -> tuple[str, Any]:
         ray = self.ray
@@ -605,12 +729,6 @@ class BenchOnCluster:
         say(f"{what}: {len(chosen)} of {len(nodes)} guest node(s) of the Ray cluster boot ({self.accel}): "
             + ", ".join(self._name(n) for n in self.checks))
         return self.accel, sim
-
-    def _lost(self, node: str, e: Exception) -> bool:
-        exc = self.ray.exceptions
-        if isinstance(e, tuple(getattr(exc, n) for n in ("TaskUnschedulableError", "NodeDiedError") if hasattr(exc, n))):
-            return True
-        return not any(n["NodeID"] == node and n.get("Alive") for n in self.ray.nodes())
 
     def run(self, boots: list[Any], how: Any, progress: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
         ray = self.ray
@@ -703,42 +821,85 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
     with session(address) as ray:
         nodes = BenchOnCluster(ray, address)
         nodes.prepare({"instrumented": (build_dir, key)}, workloads, SimChoice("off"), what="collect")
-        queue, live = list(workloads), list(nodes.checks)
         task = ray.remote(_collect_task)
-        inflight: dict[Any, tuple[str, Any]] = {}
 
-        def submit(node: str) -> None:
-            if queue:
-                wl = queue.pop(0)
-                say(f"collect {wl.name}: on {nodes._name(node)}")
-                ref = task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(nodes.kernels["instrumented"], wl, guest)
-                inflight[ref] = (node, wl)
+        def start(node: str, wl: Any) -> Any:
+            say(f"collect {wl.name}: on {nodes._name(node)}")
+            return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(nodes.kernels["instrumented"], wl, guest)
 
-        for n in live:
-            submit(n)
-        while inflight:
-            ready, _ = ray.wait(list(inflight), num_returns=1)
-            node, wl = inflight.pop(ready[0])
-            try:
-                outcome, files = ray.get(ready[0])
-            except ray.exceptions.RayError as e:
-                if nodes._lost(node, e):
-                    live.remove(node)
-                    if not live:
-                        raise InfraError(f"every node of the Ray cluster at {address} that boots guests was lost",
-                                         "start nodes with the kpgo_guest resource and run the same command again") from None
-                    say(f"collect {wl.name}: {nodes._name(node)} was lost; collected again on another node")
-                    queue.insert(0, wl)
-                    busy = {n for n, _ in inflight.values()}
-                    for n in live:
-                        if n not in busy:
-                            submit(n)
-                    continue
-                cause = getattr(e, "cause", None) or e
-                outcome, files = {"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
-                                  "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None
+        for wl, node, value in nodes.spread(workloads, start, "collect"):
+            if isinstance(value, Exception):
+                cause = getattr(value, "cause", None) or value
+                value = ({"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
+                          "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None)
+            outcome, files = value
             yield wl, outcome, files
-            submit(node)
+
+
+def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[tuple[Any, dict[str, Any] | KpgoError]]:
+    """Kernel builds (kpgo.kernel.kbuild.BuildRequest, not up to date here) as Ray tasks, one per node at a time with
+    all its cores, on the nodes whose check passed (the same kernel source and compilers as here); a node lost
+    mid-build gives its build to another node. Each build is written into its req.out here as it ends (BUILD_FILES,
+    build.json saying where it was built); yields (req, its build.json or the error)."""
+    from kpgo import atomic
+    from kpgo.kernel import kbuild
+
+    if not reqs:
+        return
+    keys = {r.out: kbuild.key_of(r) for r in reqs}
+    compilers = {r.variant.compiler.name: (r.variant.compiler, r.variant.compiler.version()) for r in reqs}
+    with session(address) as ray:
+        nodes = _Nodes(ray, address)
+        nodes.guest = False
+        alive = sorted((n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) >= 1),
+                       key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
+        nodes.cpus = {n["NodeID"]: float(n["Resources"]["CPU"]) for n in alive}
+        check = ray.remote(_build_check_task)
+        src = str(source_arg.resolve()) if source_arg else None
+        checks = _get(ray, [check.options(**nodes._on(n["NodeID"])).remote(src, reqs[0].source.ident, compilers) for n in alive], "node check")
+        able = [c for c in checks if not c["problems"]]
+        if not able:
+            why = "; ".join(f"{c['hostname']} [{c['node_id'][:8]}]: {', '.join(c['problems'])}" for c in checks) or "no node with a CPU"
+            raise UserError(f"no node of the Ray cluster at {address} can build these kernels ({why})",
+                            "set the nodes up as this machine (make setup) — docs/SCALE.md")
+        nodes.checks = {c["node_id"]: c for c in able}
+        say(f"build: {len(able)} of {len(checks)} node(s) of the Ray cluster build: " + ", ".join(nodes._name(n) for n in nodes.checks))
+        task = ray.remote(_build_task)
+
+        def start(node: str, req: Any) -> Any:
+            say(f"build {req.out.name}: on {nodes._name(node)}")
+            prof = [ray.put(_tar(req.profile))] if req.profile is not None else None
+            configs = [(f.name, f.read_bytes()) for f in req.config.files]
+            return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(req, keys[req.out], src, configs, prof)
+
+        for req, node, value in nodes.spread(reqs, start, "build"):
+            if isinstance(value, Exception):
+                cause = getattr(value, "cause", None) or value
+                yield req, InfraError(f"build {req.out.name}: its task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
+                                      "see the Ray worker's log there")
+                continue
+            outcome, files = value
+            out = req.out.resolve()
+            if "error" in outcome:
+                log = out.parent / f"{out.name}.{node[:8]}-build.log"
+                with tempfile.TemporaryDirectory() as logs:
+                    untar(files, Path(logs))
+                    if (Path(logs) / "build.log").is_file():
+                        atomic.write_text(log, (Path(logs) / "build.log").read_text(errors="replace"))
+                kind = UserError if outcome["exit_code"] == UserError.exit_code else InfraError
+                yield req, kind(f"build {req.out.name} on {nodes._name(node)}: {outcome['error']}"
+                                + (f" (its log: {log})" if log.is_file() else ""), outcome.get("hint") or "")
+                continue
+            record = outcome["build"]
+            # here, its files are here (build_dir stays where it was compiled: the gcov kernel's debugfs tree is named by it)
+            record |= {"bzImage": str(kbuild.image(out)), "vmlinux": str(out / "vmlinux"), "built_on": outcome["host"]}
+            if req.profile is not None:
+                record["profile"]["dir"] = str(req.profile.resolve())
+            with atomic.output_dir(out, replace=True) as tmp:
+                untar(files, tmp)
+                atomic.write_json(tmp / "build.json", record)
+            say(f"build {req.out.name}: done on {nodes._name(node)} in {record['seconds']['total']:.0f} s — {out}")
+            yield req, record
 
 
 @contextlib.contextmanager

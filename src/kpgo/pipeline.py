@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -76,19 +75,9 @@ class RunOptions:
         """The run's configuration and kernel source (a tarball is extracted once, into the cache)."""
         return kconfig.resolve(self.base, self.config, list(self.fragments)), source.resolve(self.source)
 
-    def builder(self, spec: kconfig.ConfigSpec, src: KernelSource) -> Callable[..., dict]:
-        """build(variant, label, profile=None): the run's kernel of that variant (a name, or a variants.Variant from a
-        user's file) in RUN/builds/label (cached)."""
-
-        def build(variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
-            v = variants.get(variant) if isinstance(variant, str) else variant
-            kcflags = kbuild.partial_training_flags(v) if self.partial_training and v.name == "optimized" else ()
-            if v.name == "optimized":
-                kcflags += kbuild.hot_share_flags(v, profile, self.hot_share)
-            with_values = self.values and v.gcov
-            return kbuild.build(kbuild.BuildRequest(src, spec, v, self.run_dir / "builds" / label, profile, self.jobs, kcflags, with_values))
-
-        return build
+    def builder(self, spec: kconfig.ConfigSpec, src: KernelSource, cluster: str | None = None) -> Builder:
+        """The run's kernels of each variant in RUN/builds/LABEL (cached); with a cluster (a Ray address) built there."""
+        return Builder(self, spec, src, cluster)
 
     def to_json(self) -> dict[str, Any]:
         """The options under their command-line names (the run.json "request" of every kpgo so far)."""
@@ -117,6 +106,48 @@ class RunOptions:
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{run_dir / 'run.json'}: its request is incomplete or damaged ({e!r})",
                             "re-run the `kpgo run` command that made it (cached steps are kept)") from None
+
+
+@dataclass(frozen=True)
+class Builder:
+    """build(variant, label, profile=None): the run's kernel of that variant (a name, or a variants.Variant from a
+    user's file) in RUN/builds/LABEL, cached; many([(variant, label, profile), ...]) several, which on a cluster are
+    built at once, each on its own node (kpgo.cluster.builds; the builds up to date here are kept)."""
+
+    opts: RunOptions
+    spec: kconfig.ConfigSpec
+    src: KernelSource
+    cluster: str | None = None
+
+    def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> kbuild.BuildRequest:
+        o = self.opts
+        v = variants.get(variant) if isinstance(variant, str) else variant
+        kcflags = kbuild.partial_training_flags(v) if o.partial_training and v.name == "optimized" else ()
+        if v.name == "optimized":
+            kcflags += kbuild.hot_share_flags(v, profile, o.hot_share)
+        return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov)
+
+    def __call__(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
+        return self.many([(variant, label, profile)])[label]
+
+    def many(self, wanted: list[tuple[str | variants.Variant, str, Path | None]]) -> dict[str, dict]:
+        reqs = {label: self.request(v, label, p) for v, label, p in wanted}
+        if self.cluster is None:
+            return {label: kbuild.build(r) for label, r in reqs.items()}
+        from kpgo import cluster
+
+        done = {label: rec for label, r in reqs.items() if (rec := kbuild.cached(r)) is not None}
+        todo = [r for label, r in reqs.items() if label not in done]
+        failed: list[KpgoError] = []
+        for r, res in cluster.builds(self.cluster, todo, self.opts.source):
+            if isinstance(res, KpgoError):
+                say(f"build {r.out.name}: FAILED: {res}")
+                failed.append(res)
+            else:
+                done[r.out.name] = res
+        if failed:
+            raise type(failed[0])(f"{len(failed)} of {len(todo)} builds on the cluster failed (first: {failed[0].message})", failed[0].hint)
+        return {label: done[label] for label in reqs}
 
 
 def _str(p: Path | None) -> str | None:
@@ -152,7 +183,7 @@ def run(opts: RunOptions, cluster: str | None = None) -> dict:
 def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float], cluster: str | None) -> dict:
     rd = opts.run_dir
     names = [wl.name for wl in opts.workloads]
-    build = opts.builder(spec, src)
+    build = opts.builder(spec, src, cluster)
 
     def timed(name: str, fn):
         t = time.monotonic()
@@ -161,6 +192,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         say(f"run: phase {name} took {fmt_secs(phases[name])}")
         return value
 
+    if cluster:  # each step's builds at once, each on a node; the steps below then find them up to date
+        timed("builds on the cluster: instrumented, vanilla", lambda: build.many([("instrumented", "instrumented", None), ("vanilla", "vanilla", None)]))
     instr = timed("build instrumented", lambda: build("instrumented", "instrumented"))
     profiles: dict[str, tuple[dict, dict]] = {}
     raws = timed("collect on the cluster", lambda: collect_cached_on_cluster(
@@ -169,11 +202,14 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         prof = raws.get(wl.name) or timed(f"collect {wl.name}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
         pstats = timed(f"profile fix {wl.name}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl.name] = (prof, pstats)
-    opt = {f"optimized-{n}": timed(f"build optimized-{n}", lambda: build("optimized", f"optimized-{n}", rd / "profiles" / n)) for n in names}  # noqa: B023 -- timed() calls the lambda at once
+    wanted: list[tuple[str | variants.Variant, str, Path | None]] = [("optimized", f"optimized-{n}", rd / "profiles" / n) for n in names]
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
             timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))  # noqa: B023 -- timed() calls the lambda at once
-            opt[label] = timed(f"build {label}", lambda: build("optimized", label, rd / "profiles" / label))  # noqa: B023 -- timed() calls the lambda at once
+            wanted.append(("optimized", label, rd / "profiles" / label))
+    if cluster:
+        timed("builds on the cluster: optimized", lambda: build.many(wanted))
+    opt = {label: timed(f"build {label}", lambda: build(v, label, p)) for v, label, p in wanted}  # noqa: B023 -- timed() calls the lambda at once
     van = timed("build vanilla", lambda: build("vanilla", "vanilla"))
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]

@@ -39,9 +39,9 @@ def run_options(run_dir: Path) -> pipeline.RunOptions:
     return pipeline.RunOptions.from_json(run["request"], run_dir)
 
 
-def _builder(run_dir: Path):
+def _builder(run_dir: Path, cluster: str | None = None) -> pipeline.Builder:
     opts = run_options(run_dir)
-    return opts.builder(*opts.kernel())
+    return opts.builder(*opts.kernel(), cluster)
 
 
 def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[Workload]:
@@ -58,7 +58,7 @@ def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[W
 
 def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None,
                 cluster: str | None = None) -> dict:
-    build = _builder(run_dir)
+    build = _builder(run_dir, cluster)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
     instr_dir = run_dir / "builds" / "instrumented"
@@ -66,15 +66,14 @@ def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, gues
     for wl in specs:
         prof = raws.get(wl.name) or pipeline.collect_cached(out / "profiles", instr_dir, instr, wl, guest)
         pipeline.fix_cached(out / "profiles", instr, wl, prof)
-        build("optimized", f"optimized-{wl.name}", out / "profiles" / wl.name)
-    build("vanilla", "vanilla")
+    build.many([("optimized", f"optimized-{wl.name}", out / "profiles" / wl.name) for wl in specs] + [("vanilla", "vanilla", None)])
     kernels = [bench.Kernel("vanilla", run_dir / "builds" / "vanilla")] + [
         bench.Kernel(f"optimized-{w.name}", run_dir / "builds" / f"optimized-{w.name}") for w in specs]
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
 
 
 def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any, cluster: str | None = None) -> dict:
-    _builder(run_dir)("vanilla", "vanilla")
+    _builder(run_dir, cluster)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest,
                       sim=sim, cluster=cluster)
     atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
@@ -148,10 +147,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
                         f"choose among {', '.join(w.name for w in opts.workloads)}")
     plan = compiler_plan(chosen, [w.name for w in wls])
     check_compiler(run_dir, plan)
-    build = opts.builder(*opts.kernel())
-    builds = {}
-    for b in plan:
-        builds[b.label] = build(b.variant, b.label, run_dir / "profiles" / b.workload if b.workload else None)
+    builds = opts.builder(*opts.kernel(), cluster).many([(b.variant, b.label, run_dir / "profiles" / b.workload if b.workload else None) for b in plan])
     out = run_dir / "studies" / "compiler"
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
     cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]

@@ -29,8 +29,8 @@ def add_guest_options(p: argparse.ArgumentParser) -> None:
 
 def add_cluster_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--cluster", metavar="ADDRESS",
-                   help=f"{what} on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each boot a task "
-                   "on a node with the kpgo_guest resource and what the boot needs, one guest per node at a time (docs/SCALE.md)")
+                   help=f"{what} on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each step a task "
+                   "on a node that has what it needs, a guest only on nodes with the kpgo_guest resource, one per node at a time (docs/SCALE.md)")
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:

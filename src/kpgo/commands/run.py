@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "vanilla and each optimized kernel on its workload in one interleaved design, and write summary.md and run.json. "
         "--study universal adds kernels built from the merged profile of all workloads (raw and normalized) measured on "
         "every workload; --study cross measures every optimized kernel on every workload. Steps are cached: run it "
-        "again (or with a study added) to resume. With --cluster the collections and the bench boots run on the Ray "
-        "cluster's guest nodes, the builds here.",
+        "again (or with a study added) to resume. With --cluster the builds run on the Ray cluster's nodes (each step's at "
+        "once) and the collections and bench boots on its guest nodes.",
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
     p.add_argument("--study", action="append", default=[], choices=("universal", "cross"), help="add a study (repeatable; needs two or more workloads)")
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--values", action="store_true",
                    help="the instrumented kernel records value profiles too (indirect-call targets, divisors, string sizes), "
                    "which the optimized kernels then use (docs/VALUES.md)")
-    add_cluster_option(p, "collect and boot")
+    add_cluster_option(p, "build, collect and boot")
     add_design_options(p)
     add_kernel_options(p)
     add_workload_options(p)

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         q = s.add_parser(name, help=text, description=text + ". Same as re-running the run's command with --study " + name + ".")
         q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-        add_cluster_option(q, "collect and boot")
+        add_cluster_option(q, "build, collect and boot")
         q.set_defaults(func=extend_run)
     q = s.add_parser("sensitivity", help="a kernel optimized under one workload setting, measured under the others",
                      description="Collect a profile and build an optimized kernel for each value of one workload parameter, "
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--workload", required=True, metavar="NAME", help="the workload")
     q.add_argument("--vary", required=True, metavar="KEY=V1,V2[,...]", help="the parameter and its values, e.g. clients=1,50")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other parameters of the workload (repeatable)")
-    add_cluster_option(q, "collect and boot")
+    add_cluster_option(q, "build, collect and boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=sensitivity)
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "the kernel's share of busy CPU time, of instructions and of L1i/iTLB misses (the characterization table of "
                      "\"One Profile Fits All\"). Results: RUN_DIR/studies/share/.")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    add_cluster_option(q, "boot")
+    add_cluster_option(q, "build and boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=share, boots=1)
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "vanilla,o3,os,gcc11,clang,inline,noreorder,optimized,pgo-o3,pgo-pt")
     q.add_argument("--workload", metavar="NAME[,NAME...]", default=None, help="measure on these of the run's workloads only (default: all of them)")
     add_variant_file_option(q)
-    add_cluster_option(q, "boot")
+    add_cluster_option(q, "build and boot")
     add_design_options(q)
     add_guest_options(q)
     q.set_defaults(func=compiler, boots=None, runs=None, order=None)  # None: the run's (see compiler())

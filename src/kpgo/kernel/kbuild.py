@@ -194,6 +194,31 @@ def _compiler_record(v: Variant) -> dict:
             "variant_file": str(v.path), "opt": v.opt, "flags": list(v.flags), "make_vars": list(c.make_args())}
 
 
+def key_of(req: BuildRequest) -> str:
+    """The key req's build will have (of the patched source, for a value-profiling kernel)."""
+    check_request(req.variant, req.profile, with_values=req.values)
+    return build_key(replace(req, source=values.patched(req.source)) if req.values else req)
+
+
+def cached(req: BuildRequest) -> dict | None:
+    """The build.json of req's finished build in req.out when its inputs are the same (what build() would return
+    without building), else None. (kpgo.cluster builds the others elsewhere.)"""
+    return _up_to_date(req, key_of(req))
+
+
+def _up_to_date(req: BuildRequest, key: str) -> dict | None:
+    out = req.out.resolve()
+    done = read_build_json(out)
+    if not (done and done.get("key") == key and done.get("ok")):
+        return None
+    say(f"build {req.variant.name}: up to date in {out}")
+    # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
+    # (in the returned record only: the sizes are not an input, the key and build.json stay as they are)
+    done["sizes"] = codesize.complete(out, done.get("sizes"))
+    # likewise the compiler record of a build made before variants were data (same key: same compiler and flags)
+    return _compiler_record(req.variant) | done
+
+
 def _build(req: BuildRequest) -> dict:
     name = req.variant.name
     check_request(req.variant, req.profile, with_values=req.values)
@@ -206,14 +231,9 @@ def _build(req: BuildRequest) -> dict:
         proc.need(tool)
     key = build_key(req)
     out = req.out.resolve()
-    done = read_build_json(out)
-    if done and done.get("key") == key and done.get("ok"):
-        say(f"build {name}: up to date in {out}")
-        # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
-        # (in the returned record only: the sizes are not an input, the key and build.json stay as they are)
-        done["sizes"] = codesize.complete(out, done.get("sizes"))
-        # likewise the compiler record of a build made before variants were data (same key: same compiler and flags)
-        return _compiler_record(req.variant) | done
+    done = _up_to_date(req, key)
+    if done is not None:
+        return done
     # A flag the compiler rejects fails here in one line, not in the first object after configuring.
     variants.check_flags(req.variant, tuple(req.kcflags))
     keyfile = out / ".kpgo-key"
