@@ -272,6 +272,8 @@ def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, 
     assert placed["rounds"] == {str(r): nodes[r % 2] for r in range(4)} and placed["moved"] == []
     for s in res["samples"]:
         assert s["host"]["node_id"] == placed["rounds"][str(s["round"])]
+        t = s["host"]["task"]
+        assert set(t) == {"fetch", "work", "pack", "wall", "unpack", "bytes"} and t["wall"] >= t["work"] >= 1.5  # a fake boot's 1.5 s
         assert s["host"]["hostname"] and s["host"]["cpu_model"] and s["host"]["qemu"].startswith("QEMU")
     assert {n: (h["rounds"], h["boots"]) for n, h in res["hosts"].items()} == {nodes[0]: ([0, 2], 4), nodes[1]: ([1, 3], 4)}
     assert res["host"]["hosts"] == 2 and res["host"]["cluster"] == cluster.address
@@ -317,6 +319,8 @@ def test_cluster_collect(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> No
         assert isinstance(p, dict) and p["workload"]["name"] == name and p["build_key"] == "iiii0000"
         on_disk = json.loads((outs[name] / "profile.json").read_text())
         assert on_disk == p and p["host"]["node_id"] in nodes and p["host"]["hostname"]
+        t = p["host"]["task"]
+        assert set(t) == {"fetch", "work", "pack", "wall", "unpack", "bytes"} and t["wall"] >= t["work"] >= 1.5  # a fake boot's 1.5 s
         used.add(p["host"]["node_id"])
         assert {q.relative_to(outs[name]): q.read_bytes() for q in outs[name].rglob("*.gcda")} == source
     assert used == nodes  # two free nodes, two collections at once
@@ -481,6 +485,9 @@ def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path)
         node_out = cache / "cluster" / "builds" / r["built_on"]["node_id"][:12] / label / "out"
         assert r["build_dir"] == str(node_out) and any(f"O={node_out}" in run for run in runs)
         assert kbuild.cached(build.request(label, label)) is not None
+        # the task's timeline: the fake make takes 1.5 s; the wall time from submit to result holds the rest
+        t = r["built_on"]["task"]
+        assert set(t) == {"fetch", "work", "pack", "wall", "unpack", "bytes"} and t["wall"] >= t["fetch"] + t["work"] + t["pack"] and t["work"] >= 1.5
     assert not [p for p in (cache / "cluster" / "builds").glob("*/*")]
     # Up to date here: nothing is built again.
     assert build.many([("vanilla", "vanilla", None), ("o3", "o3", None)]) == res and len(made(cache)) == before + 2

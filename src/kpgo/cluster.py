@@ -49,7 +49,7 @@ from typing import Any
 
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.paths import cache_dir
-from kpgo.progress import say
+from kpgo.progress import fmt_secs, say
 
 LOCAL = "local"
 AUTO = "auto"
@@ -437,6 +437,21 @@ def choose_nodes(checks: list[dict[str, Any]], choice: Any, address: str) -> tup
     return accel, sim, chosen
 
 
+class _Laps:
+    """A task's own timeline, in seconds: what it fetched (a kernel, a profile), its work, packing its outputs
+    (docs/SCALE.md "Per-task overhead"); the driver adds the task's wall time from submit to result ("wall") and
+    writing its outputs ("unpack")."""
+
+    def __init__(self) -> None:
+        self.t = time.monotonic()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 3)
+        self.t = now
+
+
 def _build_here(key: str, box: list[Any]) -> Path:
     """This node's copy of a kernel build (KERNEL_FILES, in a build's layout, so vng boots it as it boots the build):
     fetched from the object store and written once per node, keyed by the build's key. box holds the object ref (in a
@@ -504,12 +519,17 @@ def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, na
     from kpgo import bench
 
     node = ray.get_runtime_context().get_node_id()
+    laps = _Laps()
     image = _kernel_here(*kernel)
+    laps.lap("fetch")
     with _node_work(node, "boots", name) as work:
         outcome = bench.measure(image, work, step, key, how)
+        laps.lap("work")
+        files = _tar(work)
+        laps.lap("pack")
         where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
-        where["node_id"] = node
-        return outcome, _tar(work)
+        where.update(node_id=node, task=laps.laps)
+        return outcome, files
 
 
 def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tuple[dict[str, Any], bytes | None]:
@@ -521,16 +541,22 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
     from kpgo import collect, host
 
     node = ray.get_runtime_context().get_node_id()
-    where = {"node_id": node, **host.identity()}
+    laps = _Laps()
+    where = {"node_id": node, **host.identity(), "task": laps.laps}
     with _node_work(node, "collect", workload.name) as work:
         try:
-            profile = collect.collect(_build_here(*build), workload, work / "p", guest=guest)
+            kernel = _build_here(*build)
+            laps.lap("fetch")
+            profile = collect.collect(kernel, workload, work / "p", guest=guest)
             outcome: dict[str, Any] = {"profile": profile, "host": where}
             kept = work / "p"
         except KpgoError as e:
             outcome = {"error": e.message, "exit_code": e.exit_code, "host": where}
             kept = work / "p.failed-logs"
-        return outcome, _tar(kept) if kept.is_dir() else None
+        laps.lap("work")
+        files = _tar(kept) if kept.is_dir() else None
+        laps.lap("pack")
+        return outcome, files
 
 
 def _build_check_task(source_arg: str | None, ident: str, compilers: dict[str, tuple[Any, str]]) -> dict[str, Any]:
@@ -570,19 +596,21 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
     from kpgo.kernel import kbuild, source
 
     node = ray.get_runtime_context().get_node_id()
-    where = {"node_id": node, **host.identity()}
+    laps = _Laps()
+    where = {"node_id": node, **host.identity(), "task": laps.laps}
     with _node_work(node, "builds", req.out.name) as work:
         (work / "config").mkdir()
-        files = []
+        cfgs = []
         for i, (name, data) in enumerate(configs):
-            files.append(work / "config" / f"{i}-{name}")
-            files[-1].write_bytes(data)
+            cfgs.append(work / "config" / f"{i}-{name}")
+            cfgs[-1].write_bytes(data)
         prof = None
         if profile is not None:
             prof = work / "profile"
             untar(ray.get(profile[0]), prof)
-        mine = replace(req, source=source.resolve(Path(source_arg) if source_arg else None), config=replace(req.config, files=tuple(files)),
+        mine = replace(req, source=source.resolve(Path(source_arg) if source_arg else None), config=replace(req.config, files=tuple(cfgs)),
                        out=work / "out", profile=prof, jobs=(os.cpu_count() or 2) + 1)
+        laps.lap("fetch")
         try:
             if kbuild.key_of(mine) != key:
                 raise UserError(f"the build's inputs on {where['hostname']} differ from the driver's (kernel source, config or compiler)",
@@ -591,11 +619,14 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
             outcome: dict[str, Any] = {"build": record, "host": where}
         except KpgoError as e:
             outcome = {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "host": where}
+        laps.lap("work")
         out = work / "out"
         keep = [r for r in BUILD_FILES if (out / r).is_file()]
         if "build" in outcome and outcome["build"].get("gcov"):  # kpgo.analysis reads the functions' structure from them
             keep += [str(g.relative_to(out)) for g in out.rglob("*.gcno")]
-        return outcome, _tar(out, keep)
+        tar = _tar(out, keep)
+        laps.lap("pack")
+        return outcome, tar
 
 
 @contextlib.contextmanager
@@ -660,24 +691,25 @@ class _Nodes:
             return True
         return not any(n["NodeID"] == node and n.get("Alive") for n in self.ray.nodes())
 
-    def spread(self, items: list[Any], start: Any, what: str) -> Iterator[tuple[Any, str, Any]]:
+    def spread(self, items: list[Any], start: Any, what: str) -> Iterator[tuple[Any, str, Any, float]]:
         """Each item a task on a node of self.checks, one at a time per node, the next item to the node that is free;
         a node lost mid-task gives its item back to the queue, run again on another node. start(node, item) submits
-        the task and returns its ref. Yields (item, node, the task's value or its RayError) as each ends."""
+        the task and returns its ref. Yields (item, node, the task's value or its RayError, its wall time from submit to
+        result) as each ends."""
         ray = self.ray
         queue, live = list(items), list(self.checks)
-        inflight: dict[Any, tuple[str, Any]] = {}
+        inflight: dict[Any, tuple[str, Any, float]] = {}
 
         def submit(node: str) -> None:
             if queue:
                 item = queue.pop(0)
-                inflight[start(node, item)] = (node, item)
+                inflight[start(node, item)] = (node, item, time.monotonic())
 
         for n in live:
             submit(n)
         while inflight:
             ready, _ = ray.wait(list(inflight), num_returns=1)
-            node, item = inflight.pop(ready[0])
+            node, item, t0 = inflight.pop(ready[0])
             try:
                 value = ray.get(ready[0])
             except ray.exceptions.RayError as e:
@@ -688,13 +720,13 @@ class _Nodes:
                                          "start nodes again (docs/SCALE.md) and run the same command again") from None
                     say(f"{what}: {self._name(node)} was lost; its task runs again on another node")
                     queue.insert(0, item)
-                    busy = {n for n, _ in inflight.values()}
+                    busy = {n for n, _, _ in inflight.values()}
                     for n in live:
                         if n not in busy:
                             submit(n)
                     continue
                 value = e
-            yield item, node, value
+            yield item, node, value, round(time.monotonic() - t0, 3)
             submit(node)
 
 
@@ -739,7 +771,7 @@ class BenchOnCluster(_Nodes):
         progress.total = sched.remaining()
         how_ref = ray.put(how)
         task = ray.remote(_boot_task)
-        inflight: dict[Any, tuple[str, Any]] = {}
+        inflight: dict[Any, tuple[str, Any, float]] = {}
 
         def submit(node: str) -> None:
             b = sched.next(node)
@@ -748,13 +780,13 @@ class BenchOnCluster(_Nodes):
             progress.start(b, f" on {self._name(node)}")
             ref = task.options(max_retries=BOOT_RETRIES, **self._on(node)).remote(
                 self.kernels[b.step["kernel"]], b.step, b.key, b.bootdir.name, how_ref)
-            inflight[ref] = (node, b)
+            inflight[ref] = (node, b, time.monotonic())
 
         for n in list(sched.nodes):
             submit(n)
         while inflight:
             ready, _ = ray.wait(list(inflight), num_returns=1)
-            node, b = inflight.pop(ready[0])
+            node, b, t0 = inflight.pop(ready[0])
             try:
                 outcome, files = ray.get(ready[0])
             except ray.exceptions.RayTaskError as e:  # not the boot's failure (measure returns those): the task's
@@ -767,7 +799,7 @@ class BenchOnCluster(_Nodes):
                         say(f"bench: {self._name(node)} was lost: round {m['round'] + 1} moves whole to {self._name(m['to'])} "
                             f"({m['booted_again']} finished boot(s) booted again there)")
                     progress.total = progress.started + sched.remaining() - len(inflight)
-                    busy = {n for n, _ in inflight.values()}
+                    busy = {n for n, _, _ in inflight.values()}
                     for n in sched.nodes:
                         if n not in busy:
                             submit(n)
@@ -775,8 +807,13 @@ class BenchOnCluster(_Nodes):
                 outcome, files = {"error": f"Ray lost the boot's task on {self._name(node)}: {type(e).__name__}: {str(e).splitlines()[0]}",
                                   "hint": "run the same command again to retry it", "exit_code": InfraError.exit_code,
                                   "host": {"node_id": node}}, None
+            wall = round(time.monotonic() - t0, 3)
+            t1 = time.monotonic()
             if files:
                 untar(files, b.bootdir)
+            where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
+            if "task" in where:
+                where["task"] |= {"wall": wall, "unpack": round(time.monotonic() - t1, 3), "bytes": len(files or b"")}
             sched.done(b)
             yield b, outcome
             submit(node)
@@ -827,13 +864,14 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
             say(f"collect {wl.name}: on {nodes._name(node)}")
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(nodes.kernels["instrumented"], wl, guest)
 
-        for wl, node, value in nodes.spread(workloads, start, "collect"):
+        for wl, node, value, wall in nodes.spread(workloads, start, "collect"):
             if isinstance(value, Exception):
                 cause = getattr(value, "cause", None) or value
                 value = ({"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
                           "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None)
             outcome, files = value
-            yield wl, outcome, files
+            outcome["host"].setdefault("task", {})["wall"] = wall
+            yield wl, outcome, files  # (kpgo.collect writes them, and adds "unpack")
 
 
 def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[tuple[Any, dict[str, Any] | KpgoError]]:
@@ -872,7 +910,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             configs = [(f.name, f.read_bytes()) for f in req.config.files]
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(req, keys[req.out], src, configs, prof)
 
-        for req, node, value in nodes.spread(reqs, start, "build"):
+        for req, node, value, wall in nodes.spread(reqs, start, "build"):
             if isinstance(value, Exception):
                 cause = getattr(value, "cause", None) or value
                 yield req, InfraError(f"build {req.out.name}: its task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
@@ -895,10 +933,14 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             record |= {"bzImage": str(kbuild.image(out)), "vmlinux": str(out / "vmlinux"), "built_on": outcome["host"]}
             if req.profile is not None:
                 record["profile"]["dir"] = str(req.profile.resolve())
+            timing = record["built_on"]["task"]
+            t0 = time.monotonic()
             with atomic.output_dir(out, replace=True) as tmp:
                 untar(files, tmp)
+                timing |= {"wall": wall, "unpack": round(time.monotonic() - t0, 3), "bytes": len(files)}
                 atomic.write_json(tmp / "build.json", record)
-            say(f"build {req.out.name}: done on {nodes._name(node)} in {record['seconds']['total']:.0f} s — {out}")
+            say(f"build {req.out.name}: done on {nodes._name(node)} in {fmt_secs(timing['work'])} "
+                f"(the task {fmt_secs(wall)}, {len(files) / 1e6:.0f} MB back) — {out}")
             yield req, record
 
 

@@ -129,8 +129,10 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
             yield wl, (UserError if outcome["exit_code"] == UserError.exit_code else InfraError)(f"{outcome['error']} (on {where})", hint)
             continue
         assert files is not None
+        t0 = time.monotonic()
         with atomic.output_dir(out) as tmp:
             cluster.untar(files, tmp)
+            outcome["host"]["task"] |= {"unpack": round(time.monotonic() - t0, 3), "bytes": len(files)}
             profile = dict(outcome["profile"], host=outcome["host"])
             atomic.write_json(tmp / "profile.json", profile)
         say(f"collect {wl.name}: {profile['files']} .gcda files, {profile['throughput']:.0f} {wl.unit}, collected on "
