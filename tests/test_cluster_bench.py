@@ -459,9 +459,14 @@ def made(cache: Path) -> list[list[str]]:
     return [args for ln in log.read_text().splitlines() if "bzImage" in (args := ln.split("\t"))] if log.exists() else []
 
 
-def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
+def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
     """`kpgo run --cluster`'s builds: two at once, each on its own node from the node's copy of the source, written
-    here under the key a local build would have, saying where they were built; a rerun builds nothing."""
+    here under the key a local build would have, saying where they were built, and what runs where while they do; a
+    rerun builds nothing."""
+    from kpgo import cluster as kpgo_cluster
+
+    monkeypatch.setattr(kpgo_cluster, "HEARTBEAT_SECONDS", 0.5)
     cluster, _, cache = two_nodes
     extra = cluster.add_node(num_cpus=1)  # a node without the guest resource builds too (the worker may be gone)
     cluster.wait_for_nodes()
@@ -475,6 +480,8 @@ def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path)
     runs = made(cache)[before:]
     assert len(runs) == 2
     assert len({r["built_on"]["node_id"] for r in res.values()}) == 2  # two free nodes, two builds at once
+    running = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kpgo: build: running ")]
+    assert running and "vanilla on " in running[0] and "o3 on " in running[0]
     for label, r in res.items():
         out = tmp_path / "run" / "builds" / label
         assert r["ok"] and r["key"] == kbuild.key_of(build.request(label, label)) and r["variant"] == label

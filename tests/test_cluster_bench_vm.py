@@ -10,7 +10,7 @@ tiny_run) on redis, two boots each:
 (d) (marked slow) the run's vanilla and optimized-micro kernels built again on the two nodes at once: the same keys,
     code and proof.
 
-    nice -n 19 .venv/bin/python -m pytest -q -m vm tests/test_cluster_bench_vm.py
+    nice -n 19 .venv/bin/python -m pytest -q -m 'vm and not slow' tests/test_cluster_bench_vm.py   # (d): -m slow
 
 The fast tests of the same code with fake boots are in test_cluster_bench.py."""
 

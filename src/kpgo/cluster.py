@@ -58,6 +58,7 @@ INSTALL_HINT = "install it with pip install 'kpgo[cluster]' or make setup"
 ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:6379), auto, or local"
 GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
+HEARTBEAT_SECONDS = 60.0  # a line this often while a build or a collection runs on a node
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
 KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
 # have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
@@ -691,11 +692,12 @@ class _Nodes:
             return True
         return not any(n["NodeID"] == node and n.get("Alive") for n in self.ray.nodes())
 
-    def spread(self, items: list[Any], start: Any, what: str) -> Iterator[tuple[Any, str, Any, float]]:
+    def spread(self, items: list[Any], start: Any, what: str, label: Any = str) -> Iterator[tuple[Any, str, Any, float]]:
         """Each item a task on a node of self.checks, one at a time per node, the next item to the node that is free;
         a node lost mid-task gives its item back to the queue, run again on another node. start(node, item) submits
         the task and returns its ref. Yields (item, node, the task's value or its RayError, its wall time from submit to
-        result) as each ends."""
+        result) as each ends. While none ends, a line a minute says what runs where (label(item) names it): the nodes'
+        own output stays in their Ray logs."""
         ray = self.ray
         queue, live = list(items), list(self.checks)
         inflight: dict[Any, tuple[str, Any, float]] = {}
@@ -708,7 +710,11 @@ class _Nodes:
         for n in live:
             submit(n)
         while inflight:
-            ready, _ = ray.wait(list(inflight), num_returns=1)
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=HEARTBEAT_SECONDS)
+            if not ready:
+                now = time.monotonic()
+                say(f"{what}: running " + ", ".join(f"{label(i)} on {self._name(n)} ({fmt_secs(now - t)})" for n, i, t in inflight.values()))
+                continue
             node, item, t0 = inflight.pop(ready[0])
             try:
                 value = ray.get(ready[0])
@@ -864,7 +870,7 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
             say(f"collect {wl.name}: on {nodes._name(node)}")
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(nodes.kernels["instrumented"], wl, guest)
 
-        for wl, node, value, wall in nodes.spread(workloads, start, "collect"):
+        for wl, node, value, wall in nodes.spread(workloads, start, "collect", lambda w: w.name):
             if isinstance(value, Exception):
                 cause = getattr(value, "cause", None) or value
                 value = ({"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
@@ -910,7 +916,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             configs = [(f.name, f.read_bytes()) for f in req.config.files]
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(req, keys[req.out], src, configs, prof)
 
-        for req, node, value, wall in nodes.spread(reqs, start, "build"):
+        for req, node, value, wall in nodes.spread(reqs, start, "build", lambda r: r.out.name):
             if isinstance(value, Exception):
                 cause = getattr(value, "cause", None) or value
                 yield req, InfraError(f"build {req.out.name}: its task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
