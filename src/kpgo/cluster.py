@@ -6,6 +6,10 @@ API
     tree_merge(dirs, dst, ..., fan_in, address) -> dict
                                        `kpgo profile merge --cluster`: merge_profiles as a tree of Ray tasks
     bench_runner(address)              context: a kpgo.bench.Runner booting each bench boot as a Ray task
+    collect(address, build_dir, key, workloads, guest)
+                                       `kpgo collect --cluster`: each workload's collection a Ray task on a guest node
+    builds(address, reqs, source_arg)  each kernel build a Ray task on a node with the driver's source and compilers,
+                                       written here as it ends (kpgo.pipeline.Builder.many)
     Schedule(boots, nodes)             which node boots what: each round whole on one node (no Ray: testable alone)
     choose_nodes(checks, choice, address)
                                        the accelerator, the simulator and the nodes a bench boots on
@@ -25,7 +29,8 @@ A bench boots on the nodes that offer the custom resource GUEST (1 per node: `ra
 1}'`; `local` starts Ray with it), one guest per node at a time, each round of the plan whole on one node (the host is
 a block of the randomized design), and only on nodes that have what a boot needs (a check task on each node first).
 Kernel images travel once per kernel through the object store into a node-local cache; each boot's sample and
-outputs come back as its task's value, and the driver writes them (docs/SCALE.md)."""
+outputs come back as its task's value, and the driver writes them (docs/SCALE.md). Collections and builds run one per
+node at a time, the next to the node that is free (_Nodes.spread); a build's outputs come back as a tar too."""
 
 from __future__ import annotations
 
