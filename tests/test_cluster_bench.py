@@ -409,6 +409,26 @@ def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kern
         assert json.loads((d / "sample.json").read_text())["host"]["node_id"] == head
 
 
+def kill_once_busy(cluster: Any, node: Any, work: Path) -> tuple[threading.Thread, list[str]]:
+    """A thread that kills `node` (raylet and workers, no grace) as soon as a task's directory appears in `work`, its
+    node-local directory; the list gets the directories seen (empty if none appeared within 120 s)."""
+    removed: list[str] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            seen = [p.name for p in work.glob("*")]
+            if seen:
+                cluster.remove_node(node, allow_graceful=False)
+                removed.extend(seen)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    return killer, removed
+
+
 def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
     """A node added to the cluster is killed while it collects: its workload goes back to the queue and is collected
     on the head, and every profile is written once. (After the bench's node test: it brings its own node.)"""
@@ -419,21 +439,7 @@ def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tm
     meta = json.loads((build / "build.json").read_text())
     (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
                                                          "config_hash": "c0", "gcc": "gcc-12"}))
-    work = cache / "cluster" / "collect" / fresh.node_id[:12]
-    removed: list[str] = []
-
-    def kill_during_its_collection() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            seen = [p.name for p in work.glob("*")]
-            if seen:
-                cluster.remove_node(fresh, allow_graceful=False)
-                removed.extend(seen)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_during_its_collection)
-    killer.start()
+    killer, removed = kill_once_busy(cluster, fresh, cache / "cluster" / "collect" / fresh.node_id[:12])
     wls = [workload("fake-a"), workload("fake-b")]
     outs = {w.name: tmp_path / "p" / w.name for w in wls}
     res = dict((w.name, r) for w, r in collect.on_cluster(cluster.address, build, outs, wls, guest=vm.Guest()))
@@ -525,21 +531,7 @@ def test_a_node_removed_during_a_build(two_nodes: tuple[Any, Any, Path], tmp_pat
     cluster, _, cache = two_nodes
     fresh = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
-    work = cache / "cluster" / "builds" / fresh.node_id[:12]
-    removed: list[str] = []
-
-    def kill_during_its_build() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            seen = [p.name for p in work.glob("*")]
-            if seen:
-                cluster.remove_node(fresh, allow_graceful=False)
-                removed.extend(seen)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_during_its_build)
-    killer.start()
+    killer, removed = kill_once_busy(cluster, fresh, cache / "cluster" / "builds" / fresh.node_id[:12])
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
     res = opts.builder(*opts.kernel(), cluster.address).many([(v, v, None) for v in ("vanilla", "o3", "os")])
     killer.join()

@@ -680,6 +680,14 @@ class _Nodes:
         self.checks: dict[str, dict[str, Any]] = {}  # node id -> its check, for the nodes used
         self.cpus: dict[str, float] = {}
 
+    def alive(self, resource: str) -> list[dict[str, Any]]:
+        """The live nodes offering at least one of `resource`, in a stable order (hostname, node id); their CPUs noted
+        for _on."""
+        nodes = sorted((n for n in self.ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(resource, 0) >= 1),
+                       key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
+        self.cpus = {n["NodeID"]: float((n.get("Resources") or {}).get("CPU", 0)) for n in nodes}
+        return nodes
+
     def _on(self, node: str) -> dict[str, Any]:
         """A task on this node holding all its CPUs (and its GUEST), so nothing else Ray schedules shares the node."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -754,11 +762,9 @@ class BenchOnCluster(_Nodes):
 
     def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any, what: str = "bench") -> tuple[str, Any]:
         ray = self.ray
-        nodes = sorted((n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(GUEST, 0) >= 1),
-                       key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
+        nodes = self.alive(GUEST)
         if not nodes:
             raise UserError(f"no node of the Ray cluster at {self.address} offers the {GUEST} resource a bench boot needs", RESOURCE_HINT)
-        self.cpus = {n["NodeID"]: float((n.get("Resources") or {}).get("CPU", 0)) for n in nodes}
         for label, (d, key) in builds.items():
             paths = {rel: d / rel for rel in KERNEL_FILES}
             if not paths[KERNEL_FILES[0]].is_file():
@@ -900,9 +906,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
     with session(address) as ray:
         nodes = _Nodes(ray, address)
         nodes.guest = False
-        alive = sorted((n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) >= 1),
-                       key=lambda n: (str(n.get("NodeManagerHostname")), n["NodeID"]))
-        nodes.cpus = {n["NodeID"]: float(n["Resources"]["CPU"]) for n in alive}
+        alive = nodes.alive("CPU")
         check = ray.remote(_build_check_task)
         src = str(source_arg.resolve()) if source_arg else None
         checks = _get(ray, [check.options(**nodes._on(n["NodeID"])).remote(src, reqs[0].source.ident, compilers) for n in alive], "node check")
