@@ -11,6 +11,7 @@ payload, no end marker)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -435,8 +436,6 @@ def figures_from_dump(root: Path) -> dict[str, dict[str, int]]:
 
 
 def test_stats_figures_equal_gcov_dumps(vp: Values, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     merge_profiles([vp.k["k0"], vp.k["k3"]], tmp_path / "dropped")
     for root in (vp.k["k0"], vp.p["p2"], vp.k["k1"], tmp_path / "dropped"):
         assert cli.main(["profile", "stats", str(root), "--json"]) == 0
@@ -477,9 +476,53 @@ def test_fix_keeps_value_records(vp: Values, tmp_path: Path) -> None:
             assert s is not None and s.runs == 1
 
 
-def test_check_and_compare_report_value_counters(vp: Values, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
+def test_arcs_is_what_an_arc_only_build_writes(vp: Values, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kpgo profile arcs`: the same program built without -fprofile-values and run the same way writes exactly the
+    records the copy holds (gcov-dump-12, header aside: stamps differ per compile); gcc-12 -fprofile-use then makes no
+    speculative call of kernel/ops.c's 90% target, which it makes from the value profile. The input stays as it was."""
+    arcs_build = tmp_path / "arcs-build"
+    arcs_build.mkdir()
+    for rel, text in SOURCES.items():
+        (arcs_build / rel).parent.mkdir(parents=True, exist_ok=True)
+        (arcs_build / rel).write_text(text)
+    objs = [rel[:-2] + ".o" for rel in SOURCES]
+    for rel, obj in zip(SOURCES, objs):
+        subprocess.run([GCC, *(f for f in FLAGS if f != "-fprofile-values"), "-c", rel, "-o", obj], cwd=arcs_build, check=True)
+    subprocess.run([GCC, "-fprofile-arcs", *objs, "-o", "prog"], cwd=arcs_build, check=True)
+    mode, n, runs = RUNS["p0"]
+    expected = GccBuild(root=arcs_build, exe=arcs_build / "prog").profile(tmp_path / "expected", mode, n, runs)
 
+    before = tree(vp.p["p0"])
+    assert cli.main(["profile", "arcs", str(vp.p["p0"]), "-o", str(tmp_path / "arcs")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"copied 4 files with their arc counters only .*counters dropped: .*indirect_call [\d,]+.*time_profiler", out)
+    assert tree(vp.p["p0"]) == before
+
+    def records(path: Path) -> list[str]:
+        return [ln for ln in dump_lines(path) if "magic" not in ln and "stamp" not in ln]
+
+    for rel in gcda_files(expected):
+        got = records(tmp_path / "arcs" / rel)
+        assert got == records(expected / rel), rel
+        assert not [r for r in dump(tmp_path / "arcs" / rel) if r["kind"] not in (None, "arcs")]
+    assert any(r["kind"] == "indirect_call" for r in dump(vp.p["p0"] / "kernel/ops.gcda"))
+
+    use = tmp_path / "use"
+    (use / "kernel").mkdir(parents=True)
+    shutil.copyfile(vp.build.root / "kernel/ops.c", use / "kernel/ops.c")
+    shutil.copyfile(tmp_path / "arcs" / "kernel/ops.gcda", use / "kernel/ops.gcda")
+    subprocess.run([GCC, "-O2", "-fprofile-use", "-fdump-ipa-profile_estimate", "-c", "kernel/ops.c", "-o", "kernel/ops.o"],
+                   cwd=use, check=True)
+    estimate = next(use.glob("**/*profile_estimate")).read_text()
+    assert int(re.search(r"^(\d+) \([\d.]+%\) speculations produced", estimate, re.M).group(1)) == 0
+
+    # kernel-shaped input; an output that exists is refused before anything is written
+    assert cli.main(["profile", "arcs", str(vp.k["k1"]), "-o", str(tmp_path / "k1"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == 4
+    assert_one_line_error(kpgo("profile", "arcs", vp.k["k1"], "-o", tmp_path / "k1"), 1, "exists")
+
+
+def test_check_and_compare_report_value_counters(vp: Values, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["profile", "check", str(vp.k["k0"]), "--build", str(vp.build.root), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["all_matched"]

@@ -2,6 +2,7 @@
 
     kpgo profile stats DIR [--json]
     kpgo profile fix DIR -o OUT [--runs N]
+    kpgo profile arcs DIR -o OUT
     kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
     kpgo profile check DIR --build BUILD_DIR [--json]
     kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
@@ -35,6 +36,15 @@ def register(subparsers: Any) -> None:
     f.add_argument("--runs", type=int, default=1, help="runs recorded in the summary (default 1)")
     f.add_argument("--json", action="store_true", help="print the result as JSON")
     f.set_defaults(func=run_fix)
+
+    a = sub.add_parser("arcs", help="copy a value profile with its arc counters only (an arc-only PGO kernel from the same run)",
+                       description="Copy the profile with its arc counters only, dropping the value counters (and "
+                       "time_profiler) a --values kernel records: an optimized kernel built from the copy differs from "
+                       "the one built from DIR in the value transforms alone (docs/VALUES.md).")
+    a.add_argument("dir", type=Path, help="profile directory (never modified)")
+    a.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
+    a.add_argument("--json", action="store_true", help="print the result as JSON")
+    a.set_defaults(func=run_arcs)
 
     m = sub.add_parser("merge", help="N-way weighted merge of profiles of one build (a universal profile)")
     m.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="profile directories")
@@ -139,6 +149,19 @@ def run_fix(args: argparse.Namespace) -> int:
     else:
         clamp = " (clamped to 32 bits)" if res["sum_max_clamped"] else ""
         print(f"fixed {res['files']} files -> {args.out}: runs={res['runs']} sum_max={res['sum_max']}{clamp}")
+    return 0
+
+
+def run_arcs(args: argparse.Namespace) -> int:
+    _quiet_numpy()
+    from kpgo.gcov.profile import arcs_only
+
+    res = arcs_only(args.dir, args.out)
+    if args.json:
+        _print_json(res)
+    else:
+        dropped = ", ".join(f"{kind} {n:,}" for kind, n in res["dropped"].items()) or "none: it held arc counters only"
+        print(f"copied {res['files']} files with their arc counters only -> {args.out}; counters dropped: {dropped}")
     return 0
 
 

@@ -582,7 +582,17 @@ class Gcda:
         return None
 
     def without_summary(self) -> Gcda:
-        keep = np.flatnonzero(self.tags != TAG_OBJECT_SUMMARY)
+        return self._keep(self.tags != TAG_OBJECT_SUMMARY)
+
+    def arcs_only(self) -> Gcda:
+        """Copy without the counter records of every kind but arcs (what an arc-only instrumented kernel writes:
+        -fprofile-values adds the value kinds and time_profiler); function records and the summary stay."""
+        counters = np.array([counter_kind(int(t)) is not None for t in self.tags], dtype=bool)
+        return self._keep(~counters | (self.tags == ARCS_TAG))
+
+    def _keep(self, mask: np.ndarray) -> Gcda:
+        """Copy with the records where mask holds, in order."""
+        keep = np.flatnonzero(mask)
         if len(keep) == len(self.tags):
             return self
         sizes = np.diff(self.offsets)[keep]

@@ -7,6 +7,7 @@ API (used by `kpgo profile` and by the pipeline)
     value_counters(idx) -> dict                      value counters by kind (sites, totals, dominant values, ...)
     value_counters_of(g) -> dict                     the same for one parsed file
     fix_profile(src, dst, runs=1) -> dict            copy with a correct object summary in every file (atomic dst)
+    arcs_only(src, dst) -> dict                      copy with the arc counters only (a value profile made arc-only)
     read_profile_json(src) -> dict                       profile.json, {} when absent
     load_profile(src) -> (Index, rels)               the whole profile read and indexed at once (kpgo.gcov.gcda)
     write_tree(tmp, items) -> int                    write (relative path, bytes or list of pieces) items
@@ -396,6 +397,34 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
         "had_summary": had,
         "gcov_version": _versions_text(versions),
     }
+
+
+def arcs_only(src: Path, dst: Path) -> dict[str, Any]:
+    """Copy the profile src to dst with its arc counters only: a value profile (`--values`) as an arc-only kernel
+    would have collected it, so that an arc-only PGO kernel built from it differs from the value-profiled one in the
+    value transforms alone (and time_profiler's function order: -fprofile-values adds that kind too). Function
+    records and object summaries stay; src is never modified; dst appears only when complete. Returns files and
+    dropped (counters per kind name)."""
+    src, dst = Path(src), Path(dst)
+    check_output(dst, inputs=[src])
+    rels = _rels_or_fail(src)
+    info = read_profile_json(src)
+    dropped: dict[str, int] = {}
+
+    def items() -> Iterator[tuple[Path, bytes]]:
+        for rel in map(Path, rels):
+            g = read_profile_file(src, rel)
+            for kind in sorted(g.counter_kinds_present() - {ARCS}):
+                name = g.layout.kind_name(kind)
+                dropped[name] = dropped.get(name, 0) + g.counter_count(kind)
+            yield rel, g.arcs_only().to_bytes()
+
+    with output_dir(dst) as tmp:
+        write_tree(tmp, items())
+        info = dict(info)
+        info["arcs_only"] = {"source": str(src), "dropped": dict(sorted(dropped.items()))}
+        (tmp / PROFILE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return {"files": len(rels), "dropped": dict(sorted(dropped.items()))}
 
 
 def hot_fraction(src: Path, share: float) -> dict[str, Any]:
