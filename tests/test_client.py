@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, kpgo
-from kpgo import client, vm, workloads
+from kpgo import client, proc, vm, workloads
 from kpgo.errors import UserError
 
 NETWORK = ["apache", "memcached", "mysql", "nginx", "postgresql", "redis"]
@@ -63,6 +63,25 @@ def test_forwards_from_127_0_0_1_only(tmp_path: Path) -> None:
         assert placement.client_cpus == (cores[-1],) and placement.vcpus == len(cores) - 1
         assert argv[argv.index("--cpus") + 1] == str(len(cores) - 1)
     assert placement.network == "passt"
+    net.close()
+
+
+def test_a_missing_program_under_taskset_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pinned program is checked before taskset runs it: without virtme-ng, the boot of a host-client workload is the
+    one-line error naming the package (it was taskset's "failed to execute vng" from the guest's end)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing is pinned")
+    wl = workloads.load_many("redis", ["port=6399"], "host")[0]
+    net = client.HostClient(wl, client.plan(wl, None), tmp_path / "client", tmp_path / "client.log")
+    kernel = tmp_path / "bzImage"
+    kernel.write_bytes(b"")
+    monkeypatch.setattr(proc, "search_path", lambda: "/usr/sbin:/usr/bin:/sbin:/bin")  # where pip never puts vng
+    with pytest.raises(UserError) as e:
+        vm.vng_argv(kernel, "true", guest=vm.Guest(), accel="tcg", net=net)
+    assert "required tool 'vng' not found" in e.value.message and "virtme-ng" in (e.value.hint or "")
+    with pytest.raises(UserError, match="'redis-benchmark-x' not found"):
+        proc.pinned(["redis-benchmark-x", "-n", "1"], (0,))
+    assert proc.pinned(["redis-benchmark-x"], None) == ["redis-benchmark-x"]  # not pinned: run() checks it
     net.close()
 
 

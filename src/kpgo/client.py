@@ -134,10 +134,6 @@ def plan(workload: contract.Workload, cpus: int | None) -> Placement:
     return Placement(where, cpus or len(cores) - 1, tuple(cores[:-1]), tuple(cores[-1:]), tuple(forwarded_ports(workload)), network_of(workload))
 
 
-def pinned(argv: list, cores: tuple[int, ...] | None) -> list:
-    return ["taskset", "-c", ",".join(map(str, cores)), *argv] if cores else list(argv)
-
-
 class HostClient:
     """Serves one guest's client steps for the length of one boot (a thread beside the guest)."""
 
@@ -176,7 +172,7 @@ class HostClient:
                 "--ipv4-only", "--no-udp", "--no-icmp", "--no-dhcp", "--no-ndp", "--no-dhcpv6", "--no-ra", "--dns", "none", "--search", "none"]
         for spec in fwd:
             argv += ["--tcp-ports", spec]
-        return pinned(argv, self.placement.client_cpus)
+        return proc.pinned(argv, self.placement.client_cpus)
 
     def _start_network(self) -> None:
         """passt for one boot, listening on its socket before QEMU connects to it (slirp is QEMU's own)."""
@@ -274,7 +270,7 @@ class HostClient:
     def _run(self, msg: dict) -> dict:
         env = {"HOME": str(self.workdir / ".home"), "TMPDIR": str(self.workdir / ".tmp")}
         try:
-            res = proc.run(pinned(msg["argv"], self.placement.client_cpus), log=self.log, cwd=self.workdir, env=env,
+            res = proc.run(proc.pinned(msg["argv"], self.placement.client_cpus), log=self.log, cwd=self.workdir, env=env,
                            timeout=float(msg["timeout"]), check=False, what=msg.get("what"))
         except Exception as e:  # a missing program or the like: the agent reports it as the step's failure
             return {"status": 127, "output": str(e), "timed_out": False}

@@ -85,6 +85,15 @@ def _need_program(program: str) -> None:
         need(program)
 
 
+def pinned(argv: Sequence[object], cores: Sequence[int] | None) -> list:
+    """argv run on these host cores only (taskset), or as it is without cores. The wrapped program is checked here,
+    as run() checks only taskset: a missing one is the usual one-line error, not taskset's "failed to execute"."""
+    if not cores:
+        return list(argv)
+    _need_program(str(argv[0]))
+    return ["taskset", "-c", ",".join(map(str, cores)), *argv]
+
+
 @dataclass
 class Result:
     argv: list[str]

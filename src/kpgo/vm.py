@@ -105,7 +105,7 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
         accel = "tcg"  # a plugin sees only TCG-translated code
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
-    return client.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
+    return proc.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
 
 
 def prepare_sim(report: Path, accel: str) -> None:
