@@ -28,6 +28,9 @@ def test_profile_collected_from_guest(tiny_run: Path) -> None:
     assert (raw / "kernel" / "sched" / "core.gcda").is_file()
     assert (raw / "net" / "ipv4" / "tcp.gcda").is_file()
     assert len(list(raw.rglob("*.gcda"))) == meta["files"]
+    # the kernel's gcov code (reset, snapshot) is measurement, not the workload: left out, and what it held recorded
+    assert not (raw / "kernel" / "gcov").exists()
+    assert "kernel/gcov/base.gcda" in meta["left_out"]["files"] and meta["left_out"]["arcs_sum"] > 0
     # the network stack ran under redis: tcp counters are non-zero
     stats = kpgo("profile", "stats", raw, "--json")
     assert stats.returncode == 0

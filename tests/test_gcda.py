@@ -175,6 +175,26 @@ def test_fix_copies_profile_json_and_refuses_existing_output(profiles: Profiles,
         assert parse_gcda((tmp_path / "out" / rel).read_bytes(), "x").summary.runs == 3
 
 
+def test_fix_leaves_out_the_gcov_code_of_an_older_profile(profiles: Profiles, tmp_path: Path) -> None:
+    """A profile collected before `kpgo collect` left out kernel/gcov: fix drops those files, and their counters (here
+    the largest of the profile, as the snapshot's were for nginx) do not set sum_max."""
+    import json
+
+    from kpgo.gcov.profile import fix_profile, profile_stats
+
+    src = tmp_path / "src"
+    shutil.copytree(profiles.k1, src)
+    (src / "kernel" / "gcov").mkdir()
+    g = parse_gcda((profiles.k1 / "kernel" / "sched.gcda").read_bytes(), "x")
+    big = g.with_counters(ARCS, g.counters(ARCS) * 1000 + 1)
+    (src / "kernel" / "gcov" / "base.gcda").write_bytes(big.to_bytes())
+    res = fix_profile(src, tmp_path / "out")
+    assert res["left_out"] == ["kernel/gcov/base.gcda"] and not (tmp_path / "out" / "kernel" / "gcov").exists()
+    assert res["sum_max"] == profile_stats(profiles.k1)["arcs_max"] < int(big.counters(ARCS).max())
+    assert json.loads((tmp_path / "out" / "profile.json").read_text())["fixed"]["left_out"] == ["kernel/gcov/base.gcda"]
+    assert (src / "kernel" / "gcov" / "base.gcda").read_bytes() == big.to_bytes()  # the input as it was
+
+
 # -- bad inputs: one-line UserError naming the file ------------------------------------------------------------
 
 @pytest.fixture()

@@ -18,6 +18,7 @@ from kpgo.analysis.characterize import build_model, compare_profiles, profile_ve
 from kpgo.analysis.similarity import cosine_matrix, taken_norms
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import parse_gcda
+from kpgo.gcov.profile import APPARATUS_WHY
 from kpgo.gcov.validate import check_profile
 
 
@@ -136,6 +137,25 @@ def test_compare_refuses_other_build(profiles: Profiles, tmp_path: Path) -> None
     p.write_bytes(g.to_bytes())
     with pytest.raises(UserError, match="main.gcda: stamp"):
         compare_profiles([profiles.k0, other], profiles.build.root)
+
+
+def test_compare_skips_the_gcov_code_of_an_older_profile(profiles: Profiles, tmp_path: Path) -> None:
+    """Profiles collected before `kpgo collect` left out the kernel's gcov code (its counters are the reset and the
+    snapshot) still hold kernel/gcov/*.gcda: compare skips them, with the reason, and gives what it gives without."""
+    build = tmp_path / "build"
+    shutil.copytree(profiles.build.root, build)
+    (build / "kernel" / "gcov").mkdir()
+    shutil.copyfile(build / "kernel" / "sched.gcno", build / "kernel" / "gcov" / "base.gcno")  # a .gcno that matches
+    older = []
+    for name, src in (("a", profiles.k0), ("b", profiles.k2)):
+        d = tmp_path / name
+        shutil.copytree(src, d)
+        (d / "kernel" / "gcov").mkdir()
+        shutil.copyfile(profiles.k1 / "kernel" / "sched.gcda", d / "kernel" / "gcov" / "base.gcda")  # the same in both
+        older.append(d)
+    res = compare_profiles(older, build)
+    assert res["skipped_files"] == {"kernel/gcov/base.gcda": APPARATUS_WHY}
+    assert res["matrices"] == compare_profiles([profiles.k0, profiles.k2], build)["matrices"]
 
 
 def test_check_matched_stale_missing(profiles: Profiles, tmp_path: Path) -> None:

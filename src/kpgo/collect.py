@@ -55,6 +55,7 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
             raise type(e)(e.message, f"guest logs kept in {kept}") from None
         with tarfile.open(share / "gcda.tar") as tf:
             tf.extractall(tmp, filter="data")
+        left_out = _leave_out_apparatus(tmp)
         for raw in share.glob("load-*.txt"):
             shutil.move(raw, logdir / raw.name)
         atomic.write_json(logdir / "guest-result.json", result.to_json())
@@ -80,6 +81,7 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
             "accelerator": accel,
             "files": info["files"],
             "arcs_sum": info["arcs_sum"],
+            "left_out": left_out,
             "guest_timings": result.timings,
             "mitigations": result.mitigations,
             **({"value_profiles": result.gcov_values} if result.gcov_values is not None else {}),
@@ -138,6 +140,19 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
         say(f"collect {wl.name}: {profile['files']} .gcda files, {profile['throughput']:.0f} {wl.unit}, collected on "
             f"{outcome['host'].get('hostname', '?')} [{outcome['host']['node_id'][:8]}] — {out}")
         yield wl, profile
+
+
+def _leave_out_apparatus(root: Path) -> dict:
+    """Remove the .gcda files of the measurement apparatus (kpgo.gcov.profile.APPARATUS: the kernel's gcov code, whose
+    counters are the reset and the snapshot themselves) from the snapshot in root; what they held, for profile.json."""
+    from kpgo.gcov.gcda import ARCS, read_gcda
+    from kpgo.gcov.profile import APPARATUS_WHY, is_apparatus
+
+    files = sorted(p for p in root.rglob("*.gcda") if is_apparatus(str(p.relative_to(root))))
+    arcs = sum(int(read_gcda(p).counters(ARCS).sum()) for p in files)
+    for p in files:
+        p.unlink()
+    return {"files": [str(p.relative_to(root)) for p in files], "arcs_sum": arcs, "why": APPARATUS_WHY}
 
 
 def _profile_info(root: Path) -> dict:

@@ -12,6 +12,7 @@ is then a few vectorized passes. Memory: the model (about 16 bytes of arrays per
 profile at a time plus the metric vectors of all profiles (8 bytes per function, branch arc and two-way branch each).
 
 API
+    workload_files(dirs) -> (rels, skipped)         the profiles' .gcda paths but the measurement apparatus's
     build_model(build, rels) -> Model
     profile_vectors(model, src) -> dict[str, np.ndarray]
     compare_profiles(dirs, build, names=None, plot_prefix=None, threshold=0.01) -> dict
@@ -20,6 +21,7 @@ API
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from kpgo.analysis.similarity import DEFAULT_L0_THRESHOLD, cosine_matrix, taken_
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, _ranges, parse_gcda
 from kpgo.gcov.gcno import ARC_FAKE, ARC_FALLTHROUGH, ARC_ON_TREE
-from kpgo.gcov.profile import gcda_list
+from kpgo.gcov.profile import APPARATUS_WHY, gcda_list, is_apparatus
 from kpgo.gcov.validate import function_signature
 
 METRICS = ("function_cosine", "branch_cosine", "taken_l0", "taken_l1", "taken_l2")
@@ -439,6 +441,13 @@ def profile_vectors(model: Model, src: Path, out: dict[str, np.ndarray] | None =
     return out
 
 
+def workload_files(dirs: Iterable[Path]) -> tuple[list[str], dict[str, str]]:
+    """The .gcda paths of the profiles in dirs, sorted, without those of the measurement apparatus (kernel/gcov, in
+    profiles collected before `kpgo collect` left it out), which are returned apart with the reason."""
+    rels = sorted(set().union(*[{str(p) for p in gcda_list(d)} for d in dirs]))
+    return [r for r in rels if not is_apparatus(r)], {r: APPARATUS_WHY for r in rels if is_apparatus(r)}
+
+
 def compare_profiles(
     dirs: list[Path], build: Path, names: list[str] | None = None, plot_prefix: str | None = None,
     threshold: float = DEFAULT_L0_THRESHOLD,
@@ -452,7 +461,7 @@ def compare_profiles(
     labels = names or [d.name for d in dirs]
     if len(labels) != len(dirs):
         raise UserError(f"--names has {len(labels)} labels for {len(dirs)} profiles", "give one label per profile")
-    rels = sorted(set().union(*[{str(p) for p in gcda_list(d)} for d in dirs]))
+    rels, apparatus = workload_files(dirs)
     model = build_model(build, rels)
     if not model.files:
         raise UserError(f"{build}: no .gcno matches the profiles' .gcda files",
@@ -480,7 +489,7 @@ def compare_profiles(
             "functions": [int(n) for n in np.count_nonzero(stack["functions"], axis=1)],
             "two_way_branches": [int(n) for n in np.count_nonzero(stack["executed"], axis=1)],
         },
-        "skipped_files": model.skipped,
+        "skipped_files": apparatus | model.skipped,
         "unsolved_functions": model.unsolved_functions,
         "values": values,
     }

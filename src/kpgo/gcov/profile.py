@@ -53,6 +53,15 @@ from kpgo.gcov.gcda import (
 from kpgo.gcov.image import gcda_rels, read_image
 
 PROFILE_JSON = "profile.json"
+# The kernel's gcov code runs the counter reset and the snapshot, not the workload, and exists only in the instrumented
+# kernel: `kpgo collect` leaves its files out of a profile, and `kpgo profile compare` skips them in one collected before
+# (on the server kernel they were a tenth of a light workload's arc counts and held its largest counter).
+APPARATUS = ("kernel/gcov/",)
+APPARATUS_WHY = "the kernel's gcov code: the counter reset and the snapshot, not the workload; not in an optimized kernel"
+
+
+def is_apparatus(rel: str) -> bool:
+    return rel.startswith(APPARATUS)
 # GCC reads counters as signed 64-bit numbers (gcov_type): a larger count is negative to it, and no kernel counts
 # that far (2^63 events), so such a file is damaged, and a merge must not produce one.
 GCOV_MAX = (1 << 63) - 1
@@ -116,9 +125,10 @@ def _exact_sum(v: np.ndarray) -> int:
     return (hi << 32) + lo
 
 
-def load_profile(src: Path | str) -> tuple[Index, list[str]]:
-    """Read and index a whole profile (kpgo.gcov.gcda.index_image); returns the index and the relative paths."""
-    rels = _rels_or_fail(src)
+def load_profile(src: Path | str, rels: list[str] | None = None) -> tuple[Index, list[str]]:
+    """Read and index a whole profile (kpgo.gcov.gcda.index_image), or only the files rels of it; returns the index
+    and the relative paths."""
+    rels = _rels_or_fail(src) if rels is None else rels
     return index_image(read_image(src, rels)), rels
 
 
@@ -354,6 +364,8 @@ def check_for_build(src: Path) -> dict[str, Any]:
 def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> dict[str, Any]:
     """Copy the profile src to dst with one correct object summary per file: runs, and sum_max = the largest arc
     counter over the whole profile (clamped to 32 bits, as GCC stores it). The layout of each file's GCC is kept.
+    The measurement apparatus's files (APPARATUS), which a profile collected before kpgo left them out holds, are
+    left out here too (listed as left_out): they are not the workload, and their counters would set sum_max.
 
     dst appears only when complete; src is never modified. With strict (`kpgo profile fix`), files of several gcov
     versions (so of several builds) and counters GCC cannot read (above 2^63-1) are refused; without, each file is
@@ -367,7 +379,9 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     if runs < 1 or runs > 0xFFFFFFFF:
         raise UserError(f"--runs {runs} is out of range", "give a positive number of runs")
     check_output(dst, inputs=[src])
-    idx, rels = load_profile(src)
+    every = _rels_or_fail(src)
+    apparatus = [r for r in every if is_apparatus(r)]  # in a profile collected before `kpgo collect` left them out
+    idx, rels = load_profile(src, [r for r in every if not is_apparatus(r)])
     img = idx.image
     global_max, had, versions, slow = _scan(idx, strict)
     if strict:
@@ -385,7 +399,7 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
         info = dict(info)
-        info["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src)}
+        info["fixed"] = {"runs": runs, "sum_max": sum_max, "max_counter": global_max, "source": str(src), "left_out": apparatus}
         (tmp / PROFILE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     buf.release()
     return {
@@ -396,6 +410,7 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
         "sum_max_clamped": global_max > sum_max,
         "had_summary": had,
         "gcov_version": _versions_text(versions),
+        "left_out": apparatus,
     }
 
 

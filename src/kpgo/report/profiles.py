@@ -93,9 +93,8 @@ def top_functions(profiles: dict[str, Path], build: Path, top: int = TOP) -> dic
     import numpy as np
 
     from kpgo.analysis import characterize
-    from kpgo.gcov.profile import gcda_list
 
-    rels = sorted(set().union(*[{str(p) for p in gcda_list(d)} for d in profiles.values()]))
+    rels, _ = characterize.workload_files(profiles.values())
     model = characterize.build_model(build, rels)
     out: dict[str, list[dict[str, Any]]] = {}
     for name, d in profiles.items():
