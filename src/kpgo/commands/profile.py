@@ -148,7 +148,8 @@ def run_fix(args: argparse.Namespace) -> int:
         _print_json(res)
     else:
         clamp = " (clamped to 32 bits)" if res["sum_max_clamped"] else ""
-        print(f"fixed {res['files']} files -> {args.out}: runs={res['runs']} sum_max={res['sum_max']}{clamp}")
+        gone = f"; left out {len(res['left_out'])} files of the kernel's gcov code (its counters are the reset and the snapshot)" if res["left_out"] else ""
+        print(f"fixed {res['files']} files -> {args.out}: runs={res['runs']} sum_max={res['sum_max']}{clamp}{gone}")
     return 0
 
 
