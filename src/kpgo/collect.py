@@ -152,6 +152,10 @@ def _leave_out_apparatus(root: Path) -> dict:
     arcs = sum(int(read_gcda(p).counters(ARCS).sum()) for p in files)
     for p in files:
         p.unlink()
+    for d in sorted({p.parent for p in files}, key=lambda d: -len(d.parts)):  # and the directories they leave empty
+        while d != root and not any(d.iterdir()):
+            d.rmdir()
+            d = d.parent
     return {"files": [str(p.relative_to(root)) for p in files], "arcs_sum": arcs, "why": APPARATUS_WHY}
 
 
