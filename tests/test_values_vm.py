@@ -67,8 +67,10 @@ def test_value_kernel_records_value_profiles(value_kernels: ValueKernels) -> Non
 
 
 def test_optimized_kernel_applies_value_transforms(value_kernels: ValueKernels) -> None:
-    proof = json.loads((value_kernels.optimized / "build.json").read_text())["proof"]
+    build = json.loads((value_kernels.optimized / "build.json").read_text())
+    proof = build["proof"]
     assert proof["ok"]
+    assert build["kcflags"][-1] == "-Wno-error"  # a value profile's string-op specializations can trip -Wstringop-*
     t = proof["values"]["totals"]
     assert t["indirect_calls_trained"] > 0 and t["divmod"] + t["stringop"] > 0
     assert t["indirect_calls_promoted"] + t["indirect_targets_elsewhere"] <= t["indirect_calls_trained"]
