@@ -70,7 +70,7 @@ def test_optimized_kernel_applies_value_transforms(value_kernels: ValueKernels) 
     build = json.loads((value_kernels.optimized / "build.json").read_text())
     proof = build["proof"]
     assert proof["ok"]
-    assert build["kcflags"][-1] == "-Wno-error"  # a value profile's string-op specializations can trip -Wstringop-*
+    assert "-Wno-error" in build["kcflags"]  # a profile's inlining can trip GCC's -Wstringop-* under the kernel's -Werror
     t = proof["values"]["totals"]
     assert t["indirect_calls_trained"] > 0 and t["divmod"] + t["stringop"] > 0
     assert t["indirect_calls_promoted"] + t["indirect_targets_elsewhere"] <= t["indirect_calls_trained"]

@@ -30,7 +30,11 @@ RECIPE = 3  # bump when the way kpgo builds changes, so cached builds are redone
 # - a file compiled differently than when profiled (config, source) must warn, not fail;
 # - Kbuild compiles helper files that were never profiled;
 # - the ipa-profile dump is how we prove, per object, that GCC read the profile ("-optimized": with the value
-#   transforms it applied), the profile_estimate dump which indirect calls it promoted (kpgo.kernel.proof).
+#   transforms it applied), the profile_estimate dump which indirect calls it promoted (kpgo.kernel.proof);
+# - a profile changes inlining, cloning and block order, so GCC's flow-sensitive warnings (-Wstringop-*,
+#   -Warray-bounds) can flag paths the vanilla build does not have, which the kernel's -Werror would make a failed
+#   build (server kernel, a redis profile, with and without its value counters: "'strncmp' specified bound 4 exceeds
+#   source size 0" in drivers/acpi/property.c). The warnings stay in build.log, as for the compiler variants.
 PROFILE_USE_FLAGS = (
     "-fprofile-use",
     "-fprofile-correction",
@@ -39,12 +43,8 @@ PROFILE_USE_FLAGS = (
     "-Wno-missing-profile",
     "-fdump-ipa-profile-optimized",
     "-fdump-ipa-profile_estimate",
+    "-Wno-error",
 )
-# With value profiles GCC specializes string operations for their profiled sizes, and its -Wstringop-* warnings then
-# flag paths the specialization made (server kernel, redis: "strncmp specified bound 4 exceeds source size 0" in
-# drivers/acpi/property.c), which the kernel's -Werror turns into a failed build. Warnings stay in build.log, as
-# for the compiler variants that change code generation (-O3, ...), which carry -Wno-error for the same reason.
-VALUE_PROFILE_FLAGS = ("-Wno-error",)
 # GCC's option that keeps functions the profile never saw at their normal optimization instead of
 # optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/MEASUREMENTS.md "Partial training" weighs it).
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
@@ -256,8 +256,8 @@ def _build(req: BuildRequest) -> dict:
     config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
-    installed, zero, has_values = _install_profile(req.profile, out) if req.profile else (0, 0, False)
-    flags = kcflags(req) + (list(VALUE_PROFILE_FLAGS) if has_values else [])
+    installed, zero = _install_profile(req.profile, out) if req.profile else (0, 0)
+    flags = kcflags(req)
     make_args, env = _make_vars(req.variant)
     if plugin is not None:
         make_args.append(f"{values.PLUGIN_VAR}={plugin}")
@@ -368,21 +368,19 @@ REUSE_CC = Path(__file__).with_name("reuse-cc.sh")
 ZERO_MARK = ".kpgo-zero"
 
 
-def _install_profile(profile: Path, out: Path) -> tuple[int, int, bool]:
+def _install_profile(profile: Path, out: Path) -> tuple[int, int]:
     """Put each .gcda beside the object it belongs to: GCC looks for <dumpdir>/<base>.gcda
     relative to the directory it compiles in, which for Kbuild is the O= directory. An all-zero
     file gets the canonical summary and a marker (X.kpgo-zero) that lets REUSE_CC take X.o from ccache.
-    Returns (files installed, all-zero files, whether any file holds value counters)."""
-    from kpgo.gcov.gcda import ARCS, read_gcda
+    Returns (files installed, all-zero files)."""
+    from kpgo.gcov.gcda import read_gcda
 
     n = zero = 0
-    has_values = False
     for src in profile.rglob("*.gcda"):
         rel = src.relative_to(profile)
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         g = read_gcda(src)
-        has_values = has_values or bool(g.counter_kinds_present() - {ARCS})
         if g.all_zero():
             dst.write_bytes(g.with_summary(*ZERO_SUMMARY).to_bytes())
             dst.with_suffix(ZERO_MARK).touch()
@@ -390,7 +388,7 @@ def _install_profile(profile: Path, out: Path) -> tuple[int, int, bool]:
         else:
             shutil.copyfile(src, dst)
         n += 1
-    return n, zero, has_values
+    return n, zero
 
 
 def _make_vars(variant: Variant) -> tuple[list[str], dict[str, str]]:
