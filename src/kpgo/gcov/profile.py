@@ -62,6 +62,8 @@ APPARATUS_WHY = "the kernel's gcov code: the counter reset and the snapshot, not
 
 def is_apparatus(rel: str) -> bool:
     return rel.startswith(APPARATUS)
+
+
 # GCC reads counters as signed 64-bit numbers (gcov_type): a larger count is negative to it, and no kernel counts
 # that far (2^63 events), so such a file is damaged, and a merge must not produce one.
 GCOV_MAX = (1 << 63) - 1
@@ -381,6 +383,9 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     check_output(dst, inputs=[src])
     every = _rels_or_fail(src)
     apparatus = [r for r in every if is_apparatus(r)]  # in a profile collected before `kpgo collect` left them out
+    if len(apparatus) == len(every):
+        raise UserError(f"{src} holds only the kernel's gcov code's files ({APPARATUS[0]}), which are not the workload",
+                        "give a profile collected with `kpgo collect`")
     idx, rels = load_profile(src, [r for r in every if not is_apparatus(r)])
     img = idx.image
     global_max, had, versions, slow = _scan(idx, strict)
