@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,15 @@ def tiny_run(test_dir: Path) -> Path:
     res = kpgo(*TINY_RUN_ARGS, "--dir", run_dir, timeout=4800)
     assert res.returncode == 0, f"kpgo run failed:\n{res.stderr[-4000:]}"
     return run_dir
+
+
+def copy_of_run(run: Path, dst: Path) -> Path:
+    """A copy of a finished run (builds and profiles reused, cached by their inputs; no bench or studies) for a test
+    to add a study to, made once: a copy that already has its run.json is kept."""
+    if not (dst / "run.json").exists():
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(run, dst, symlinks=True, ignore=shutil.ignore_patterns("bench", "studies"))
+    return dst
 
 
 @pytest.fixture(scope="session")

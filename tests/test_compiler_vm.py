@@ -5,25 +5,20 @@ beside -O2 vanilla on redis. Two more tiny builds (~20 min on 2 cores) do not fi
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import kpgo
+from conftest import copy_of_run, kpgo
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def compiler_run(tiny_run: Path, test_dir: Path) -> Path:
-    """A copy of the session run (builds and profiles reused, cached by their inputs) to add the study to."""
-    dst = test_dir / "run-compiler"
-    if not (dst / "run.json").exists():
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(tiny_run, dst, symlinks=True, ignore=shutil.ignore_patterns("bench", "studies"))
-    return dst
+    """A copy of the session run to add the study to."""
+    return copy_of_run(tiny_run, test_dir / "run-compiler")
 
 
 def comment(vmlinux: Path) -> str:

@@ -8,12 +8,11 @@ run with `make test PYTEST_ARGS='-m slow'`."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, kpgo
+from conftest import assert_one_line_error, copy_of_run, kpgo
 
 pytestmark = pytest.mark.vm
 
@@ -40,12 +39,8 @@ def test_study_needs_a_run(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def studies_run(tiny_run: Path, test_dir: Path) -> Path:
-    """A copy of the session run (builds and profiles reused, cached by their inputs) to add studies to."""
-    dst = test_dir / "run-studies"
-    if not (dst / "run.json").exists():
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(tiny_run, dst, symlinks=True, ignore=shutil.ignore_patterns("bench", "studies"))
-    return dst
+    """A copy of the session run to add studies to."""
+    return copy_of_run(tiny_run, test_dir / "run-studies")
 
 
 @pytest.mark.slow
