@@ -516,6 +516,18 @@ def test_arcs_is_what_an_arc_only_build_writes(vp: Values, tmp_path: Path, capsy
     estimate = next(use.glob("**/*profile_estimate")).read_text()
     assert int(re.search(r"^(\d+) \([\d.]+%\) speculations produced", estimate, re.M).group(1)) == 0
 
+    # --time-profile keeps time_profiler too, exactly as the source has it, and still no value counter
+    assert cli.main(["profile", "arcs", str(vp.p["p0"]), "-o", str(tmp_path / "tp"), "--time-profile"]) == 0
+    out = capsys.readouterr().out
+    assert "arc and time_profiler counters only" in out and "indirect_call" in out and "time_profiler" not in out.split("dropped:")[1]
+    for rel in gcda_files(vp.p["p0"]):
+        src_tp = [r for r in dump(vp.p["p0"] / rel) if r["kind"] == "time_profiler"]
+        got = dump(tmp_path / "tp" / rel)
+        assert src_tp and [r for r in got if r["kind"] == "time_profiler"] == src_tp, rel
+        assert {r["kind"] for r in got} <= {None, "arcs", "time_profiler"}
+        assert [r for r in got if r["kind"] == "arcs"] == [r for r in dump(tmp_path / "arcs" / rel) if r["kind"] == "arcs"]
+    assert json.loads((tmp_path / "tp" / "profile.json").read_text())["arcs_only"]["time_profile"] is True
+
     # kernel-shaped input; an output that exists is refused before anything is written
     assert cli.main(["profile", "arcs", str(vp.k["k1"]), "-o", str(tmp_path / "k1"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["files"] == 4

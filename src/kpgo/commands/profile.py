@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
                        "the one built from DIR in the value transforms alone (docs/VALUES.md).")
     a.add_argument("dir", type=Path, help="profile directory (never modified)")
     a.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
+    a.add_argument("--time-profile", action="store_true",
+                   help="keep the time_profiler counters too (GCC orders functions by when they first ran): a kernel "
+                   "built from this copy differs from the value-profiled one in the value transforms only")
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.set_defaults(func=run_arcs)
 
@@ -157,12 +160,13 @@ def run_arcs(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.gcov.profile import arcs_only
 
-    res = arcs_only(args.dir, args.out)
+    res = arcs_only(args.dir, args.out, time_profile=args.time_profile)
     if args.json:
         _print_json(res)
     else:
-        dropped = ", ".join(f"{kind} {n:,}" for kind, n in res["dropped"].items()) or "none: it held arc counters only"
-        print(f"copied {res['files']} files with their arc counters only -> {args.out}; counters dropped: {dropped}")
+        what = "arc and time_profiler counters" if args.time_profile else "arc counters"
+        dropped = ", ".join(f"{kind} {n:,}" for kind, n in res["dropped"].items()) or f"none: it held {what} only"
+        print(f"copied {res['files']} files with their {what} only -> {args.out}; counters dropped: {dropped}")
     return 0
 
 

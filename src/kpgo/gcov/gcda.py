@@ -584,11 +584,13 @@ class Gcda:
     def without_summary(self) -> Gcda:
         return self._keep(self.tags != TAG_OBJECT_SUMMARY)
 
-    def arcs_only(self) -> Gcda:
+    def arcs_only(self, time_profile: bool = False) -> Gcda:
         """Copy without the counter records of every kind but arcs (what an arc-only instrumented kernel writes:
-        -fprofile-values adds the value kinds and time_profiler); function records and the summary stay."""
-        counters = np.array([counter_kind(int(t)) is not None for t in self.tags], dtype=bool)
-        return self._keep(~counters | (self.tags == ARCS_TAG))
+        -fprofile-values adds the value kinds and time_profiler), or but arcs and time_profiler; function records and
+        the summary stay."""
+        kinds = [counter_kind(int(t)) for t in self.tags]
+        keep = {"arcs", "time_profiler"} if time_profile else {"arcs"}
+        return self._keep(np.array([k is None or self.layout.kind_name(k) in keep for k in kinds], dtype=bool))
 
     def _keep(self, mask: np.ndarray) -> Gcda:
         """Copy with the records where mask holds, in order."""

@@ -419,12 +419,12 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     }
 
 
-def arcs_only(src: Path, dst: Path) -> dict[str, Any]:
+def arcs_only(src: Path, dst: Path, time_profile: bool = False) -> dict[str, Any]:
     """Copy the profile src to dst with its arc counters only: a value profile (`--values`) as an arc-only kernel
     would have collected it, so that an arc-only PGO kernel built from it differs from the value-profiled one in the
-    value transforms alone (and time_profiler's function order: -fprofile-values adds that kind too). Function
-    records and object summaries stay; src is never modified; dst appears only when complete. Returns files and
-    dropped (counters per kind name)."""
+    value transforms alone (and time_profiler's function order: -fprofile-values adds that kind too; time_profile
+    keeps it, to separate the two). Function records and object summaries stay; src is never modified; dst appears
+    only when complete. Returns files and dropped (counters per kind name)."""
     src, dst = Path(src), Path(dst)
     check_output(dst, inputs=[src])
     rels = _rels_or_fail(src)
@@ -436,13 +436,14 @@ def arcs_only(src: Path, dst: Path) -> dict[str, Any]:
             g = read_profile_file(src, rel)
             for kind in sorted(g.counter_kinds_present() - {ARCS}):
                 name = g.layout.kind_name(kind)
-                dropped[name] = dropped.get(name, 0) + g.counter_count(kind)
-            yield rel, g.arcs_only().to_bytes()
+                if not (time_profile and name == "time_profiler"):
+                    dropped[name] = dropped.get(name, 0) + g.counter_count(kind)
+            yield rel, g.arcs_only(time_profile).to_bytes()
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
         info = dict(info)
-        info["arcs_only"] = {"source": str(src), "dropped": dict(sorted(dropped.items()))}
+        info["arcs_only"] = {"source": str(src), "dropped": dict(sorted(dropped.items())), "time_profile": time_profile}
         (tmp / PROFILE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return {"files": len(rels), "dropped": dict(sorted(dropped.items()))}
 
