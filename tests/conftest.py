@@ -82,8 +82,9 @@ def test_dir() -> Path:
 REDIS_REQUESTS = 20000
 # Short measured windows: CI proves each workload works; docs/WORKLOADS.md has the default-size figures. The tiny
 # run uses those of its workloads, and its collections stand for theirs.
-SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5", "postgresql.duration=5",
-         "rocksdb.num=30000", "leveldb.num=30000", f"redis.requests={REDIS_REQUESTS}", "micro.seconds=1", "micro.procs=1"]
+SHORT = ["nginx.duration=5", "apache.duration=5", "memcached.duration=5", "mysql.duration=5",
+         "postgresql.select_transactions=60", "postgresql.tpcb_transactions=8", "rocksdb.num=30000", "leveldb.num=30000",
+         f"redis.requests={REDIS_REQUESTS}", "micro.seconds=1", "micro.procs=1"]
 IN_TINY_RUN = ("redis", "micro")
 WORKLOADS = ("apache", "leveldb", "memcached", "micro", "mysql", "nginx", "postgresql", "redis", "rocksdb")
 

@@ -155,7 +155,7 @@ HAND_CHECKED: list[tuple[str, str, float]] = [
     ("apache", "ab", 343.61),                                                   # Requests per second:    343.61 [#/sec]
     ("memcached", "memcaslap", 7148),                                           # ... TPS: 7148 Net_rate: 8.0M/s
     ("mysql", "read_write", 33.27), ("mysql", "read_write.p99_ms", 227.40),     # (33.27 per sec.) / 99th percentile: 227.40
-    ("postgresql", "tpcb_like", 3719.218194), ("postgresql", "tpcb_like.latency_avg_ms", 2.151),
+    ("postgresql", "tpcb_like", 12.864779), ("postgresql", "tpcb_like.latency_avg_ms", 621.853),
     ("rocksdb", "db_bench.readrandom", 28147), ("leveldb", "leveldb_bench.readrandom", 50027),
     ("redis", "bench.GET", 7057.99), ("redis", "bench.get_p99_ms", 8.351),      # "GET","7057.99",...,"8.351","19.567"
     ("micro", "fork", 117.25),                                                  # fork  235  2.00  0.11  1.96  117.25  113.74
@@ -167,7 +167,7 @@ HAND_COUNTED: list[tuple[str, str, float]] = [
     ("nginx", "wrk", 33940),                 # 33940 requests in 15.07s
     ("memcached", "memcaslap", 107659),      # Run time: 15.1s Ops: 107659 TPS: 7148
     ("mysql", "read_write", 337),            # transactions:  337    (33.27 per sec.)
-    ("postgresql", "tpcb_like", 11157),      # number of transactions actually processed: 11157
+    ("postgresql", "tpcb_like", 160),        # number of transactions actually processed: 160/160 (-t 20, 8 clients)
     ("rocksdb", "db_bench", 363218),         # 100000 operations x 3 + readseq 63218 operations
     ("leveldb", "leveldb_bench", 363168),    # 100000 x 3 + 63168
     ("redis", "bench", 200000),              # -n 100000 for each of SET and GET (the CSV has no count)
