@@ -584,13 +584,28 @@ class Gcda:
     def without_summary(self) -> Gcda:
         return self._keep(self.tags != TAG_OBJECT_SUMMARY)
 
-    def arcs_only(self, time_profile: bool = False) -> Gcda:
+    def arcs_only(self) -> Gcda:
         """Copy without the counter records of every kind but arcs (what an arc-only instrumented kernel writes:
-        -fprofile-values adds the value kinds and time_profiler), or but arcs and time_profiler; function records and
-        the summary stay."""
-        kinds = [counter_kind(int(t)) for t in self.tags]
-        keep = {"arcs", "time_profiler"} if time_profile else {"arcs"}
-        return self._keep(np.array([k is None or self.layout.kind_name(k) in keep for k in kinds], dtype=bool))
+        -fprofile-values adds the value kinds and time_profiler); function records and the summary stay."""
+        counters = np.array([counter_kind(int(t)) is not None for t in self.tags], dtype=bool)
+        return self._keep(~counters | (self.tags == ARCS_TAG))
+
+    def values_zeroed(self) -> Gcda:
+        """Copy with every value counter zero (a top-N site: total 0, no values), arcs and time_profiler as they are:
+        a profile from which GCC applies no value transform. (Dropping the value records instead, keeping
+        time_profiler, makes gcc-12's profile pass crash.)"""
+        g = self
+        for kind in sorted(self.counter_kinds_present() - {ARCS}):
+            if self.layout.kind_name(kind) == "time_profiler":
+                continue
+            if self.is_topn(kind):
+                old = self.sites(kind)
+                none = np.zeros(0, dtype=np.uint64)
+                g = g.with_sites(kind, Sites(np.zeros(len(old), dtype=np.uint64), np.zeros(len(old) + 1, dtype=np.int64),
+                                             none, none, old.per_record))
+            else:
+                g = g.with_counters(kind, np.zeros(self.counter_count(kind), dtype=np.uint64))
+        return g
 
     def _keep(self, mask: np.ndarray) -> Gcda:
         """Copy with the records where mask holds, in order."""

@@ -422,9 +422,10 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
 def arcs_only(src: Path, dst: Path, time_profile: bool = False) -> dict[str, Any]:
     """Copy the profile src to dst with its arc counters only: a value profile (`--values`) as an arc-only kernel
     would have collected it, so that an arc-only PGO kernel built from it differs from the value-profiled one in the
-    value transforms alone (and time_profiler's function order: -fprofile-values adds that kind too; time_profile
-    keeps it, to separate the two). Function records and object summaries stay; src is never modified; dst appears
-    only when complete. Returns files and dropped (counters per kind name)."""
+    value transforms alone (and time_profiler's function order: -fprofile-values adds that kind too). With
+    time_profile, time_profiler stays and the value counters stay as zeros instead (Gcda.values_zeroed), to separate
+    the two. Function records and object summaries stay; src is never modified; dst appears only when complete.
+    Returns files and dropped (counters per kind name: left out, or zeroed with time_profile)."""
     src, dst = Path(src), Path(dst)
     check_output(dst, inputs=[src])
     rels = _rels_or_fail(src)
@@ -438,7 +439,7 @@ def arcs_only(src: Path, dst: Path, time_profile: bool = False) -> dict[str, Any
                 name = g.layout.kind_name(kind)
                 if not (time_profile and name == "time_profiler"):
                     dropped[name] = dropped.get(name, 0) + g.counter_count(kind)
-            yield rel, g.arcs_only(time_profile).to_bytes()
+            yield rel, (g.values_zeroed() if time_profile else g.arcs_only()).to_bytes()
 
     with output_dir(dst) as tmp:
         write_tree(tmp, items())
