@@ -40,8 +40,8 @@ def main() -> int:
             boots[s["workload"]][s["kernel"]].append((float(ops), float(run["seconds"]), float(run["kernel"][args.metric])))
     if not boots:
         raise SystemExit(f"{args.results}: no boot with simulated counters and an operation count")
+    base = doc.get("baseline")  # the bench's baseline first, as its tables have it
     for workload, by_kernel in boots.items():
-        base = doc.get("baseline")  # the bench's baseline first, as its tables have it
         kernels = sorted(by_kernel, key=lambda k: k != base)
         rows, y = [], []
         for i, k in enumerate(kernels):

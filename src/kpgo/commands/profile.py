@@ -165,7 +165,8 @@ def run_arcs(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(res)
     else:
-        dropped = ", ".join(f"{kind} {n:,}" for kind, n in res["dropped"].items()) or "none: it held arc counters only"
+        none = "none: it held no value counters" if args.time_profile else "none: it held arc counters only"
+        dropped = ", ".join(f"{kind} {n:,}" for kind, n in res["dropped"].items()) or none
         if args.time_profile:
             print(f"copied {res['files']} files with their arc and time_profiler counters -> {args.out}; value counters zeroed: {dropped}")
         else:
