@@ -87,6 +87,12 @@ def test_simconfig_defaults_and_plugin_arg(tmp_path: Path) -> None:
     assert sim.SimConfig(warm=1).warm is True  # an integer from a KEY=NUMBER option
     opts = sim.qemu_opts(c, tmp_path / "sim.json")
     assert opts.startswith("-plugin ") and str(sim.plugin_path()) in opts
+    # Guest time from the instruction count by default, a QEMU option and not the plugin's.
+    assert c.icount == 5 and "icount" not in arg and opts.endswith(" -icount shift=5,sleep=on,align=off")
+    assert sim.SimConfig.parse("icount=off").icount is None and sim.SimConfig.parse("icount=0").icount == 0
+    assert "-icount" not in sim.qemu_opts(sim.SimConfig(icount=None), tmp_path / "sim.json")
+    # One vCPU only: QEMU runs an icount guest's vCPUs in turns on one thread, where 2-vCPU guests hung.
+    assert c.for_guest(1) == c and c.for_guest(2).icount is None and c.for_guest(2).l1i_size == c.l1i_size
 
 
 def test_vng_argv_builds_and_removes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,6 +108,9 @@ def test_vng_argv_builds_and_removes_nothing(tmp_path: Path, monkeypatch: pytest
     report.write_text("{}")
     argv = [str(a) for a in vm.vng_argv(kernel, "true", guest=vm.Guest(), accel="kvm", sim=sim.SimConfig(), report=report)]
     assert "--disable-kvm" in argv and any(str(sim.plugin_path()) in a for a in argv)
+    assert not any("-icount" in a for a in argv)  # 2 vCPUs by default: the host's clock
+    argv = [str(a) for a in vm.vng_argv(kernel, "true", guest=vm.Guest(cpus=1), accel="kvm", sim=sim.SimConfig(), report=report)]
+    assert any(a.endswith(" -icount shift=5,sleep=on,align=off") for a in argv)
     assert report.read_text() == "{}" and not any((tmp_path / "cache").iterdir())  # the cache's root, empty
 
 
@@ -112,6 +121,8 @@ def test_vng_argv_builds_and_removes_nothing(tmp_path: Path, monkeypatch: pytest
     ({"itlb_entries": 48}, "itlb_entries=48 over 4 ways"),
     ({"itlb_assoc": 128, "itlb_entries": 128}, "itlb_assoc=128 is above 64 ways"),
     ({"itlb_kpage": 3000}, "itlb_kpage=3000 is not a power of two"),
+    ({"icount": 11}, "icount must be a shift from 0 to 10"),
+    ({"icount": -1}, "icount must be a shift from 0 to 10"),
 ])
 def test_simconfig_bad_geometry_is_one_line(bad: dict, needle: str) -> None:
     with pytest.raises(UserError) as e:
@@ -120,7 +131,7 @@ def test_simconfig_bad_geometry_is_one_line(bad: dict, needle: str) -> None:
 
 
 def test_simconfig_parse_errors() -> None:
-    for text in ("l1i=3", "l1i_size", "l1i_size=big"):
+    for text in ("l1i=3", "l1i_size", "l1i_size=big", "icount=auto"):
         with pytest.raises(UserError) as e:
             sim.SimConfig.parse(text)
         one_line(e.value)
@@ -298,3 +309,17 @@ def test_header_hunks_keep_only_the_header() -> None:
     )
     out = sim.header._header_hunks(patch)
     assert "hw/x.c" not in out and out.startswith("diff --git a/include/qemu/qemu-plugin.h") and out.endswith("+d\n")
+
+
+def test_report_names_the_guest_clock() -> None:
+    """The report's phrase for the simulated machine says whether the guest's clock followed its instruction count."""
+    from kpgo.report import measure
+
+    def model(**sim: object) -> str:
+        return measure.sim_model({"measurement": {"sim": {"l1i_size": 32768, **sim}}})
+
+    assert "guest clock from the instruction count (32 ns each, QEMU -icount shift=5)" in model(icount=5)
+    assert "guest clock on the host's" in model(icount=None)
+    two = measure.sim_model({"measurement": {"sim": {"icount": 5}, "icount": {"redis": 5, "micro": None}}})
+    assert two.endswith("except on the host's clock for micro (more than one vCPU)")
+    assert "clock" not in model()  # results from before the setting

@@ -404,7 +404,10 @@ def bench(
         "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": choice.mode,
                         "headline": "simulated" if sim is not None else "wall-clock",
                         "placement": {w: next((s["placement"] for s in got if s["workload"] == w and s.get("placement")), None) for w in names},
-                        "ops_methods": {w: sorted({m for s in got if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names}},
+                        "ops_methods": {w: sorted({m for s in got if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names},
+                        # the icount shift each workload's windows ran under (None: the host's clock; SimConfig.for_guest)
+                        "icount": {w: next((win.get("icount") for s in got if s["workload"] == w for win in s.get("sim") or []), None)
+                                   for w in names} if sim is not None else None},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": builds[k.label]["variant"],
                               "kernel_release": builds[k.label]["kernel_release"],
                               "mitigations": next((s["mitigations"] for s in got if s["kernel"] == k.label and s.get("mitigations")), None)}

@@ -101,7 +101,7 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
         # nokaslr/norandmaps: the same code at the same virtual addresses every boot, so the
         # virtually indexed cache and TLB sets repeat (vng splits one --append on spaces).
         # "--qemu-opts=VALUE" in one word: argparse takes a separate "-plugin ..." for an option.
-        argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim, report)}"]
+        argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim.for_guest(cpus), report)}"]
         accel = "tcg"  # a plugin sees only TCG-translated code
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
@@ -181,6 +181,9 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         if len(windows) != len(result.runs):
             raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
                              f"report: {report}; console log: {log}")
+        clock = sim.for_guest(placement.vcpus).icount  # the guest clock each window was counted under
+        for w in windows + ([result.sim_boot] if result.sim_boot else []):
+            w["icount"] = clock
         result.sim = windows
     return result
 

@@ -84,9 +84,10 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
                    "plugin (docs/SIM.md); default: on when guests run under TCG (no working KVM), where they are the headline, "
                    "off under KVM; --no-sim turns them off")
     g.add_argument("--sim-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="simulator geometry, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, "
+                   help="simulator settings, e.g. l1i_size=64k, l1i_assoc=8, l1i_line=64, itlb_entries=64, itlb_assoc=4, "
                    "itlb_kpage=4k (default 2M: kernel text on huge pages), boot=on (one more window from power-on to the guest agent: "
-                   "the cost of booting); repeatable")
+                   "the cost of booting), icount=off (default 5: a 1-vCPU guest's clock advances 2^5 ns per instruction, so "
+                   "per-operation counts do not follow the host's speed); repeatable")
 
 
 def design_from(args: argparse.Namespace):  # -> bench.Design

@@ -65,6 +65,13 @@ def sim_model(res: dict[str, Any]) -> str:
         parts.append(f"iTLB {s['itlb_entries']} entries {s.get('itlb_assoc', '?')}-way{pages}{kpages}")
     if s.get("warm"):
         parts.append("simulated also between windows, so each window starts warm")
+    if s.get("icount") is not None:
+        clocks = (res.get("measurement") or {}).get("icount") or {}
+        host = sorted(w for w, v in clocks.items() if v is None)
+        parts.append(f"guest clock from the instruction count ({2 ** s['icount']} ns each, QEMU -icount shift={s['icount']})"
+                     + (f", except on the host's clock for {', '.join(host)} (more than one vCPU)" if host else ""))
+    elif "icount" in s:
+        parts.append("guest clock on the host's (icount off)")
     return "; ".join(parts) or "settings not recorded"
 
 

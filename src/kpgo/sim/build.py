@@ -31,7 +31,7 @@ def plugin_path() -> Path:
 def qemu_opts(config: SimConfig, out: Path) -> str:
     """The value of vng's --qemu-opts that loads the plugin (build it first: setup()). vng pastes it
     into a shell command line, so it is shell-quoted here."""
-    return "-plugin " + shlex.quote(f"{plugin_path()},{config.plugin_arg(out)}")
+    return " ".join(filter(None, ["-plugin " + shlex.quote(f"{plugin_path()},{config.plugin_arg(out)}"), config.qemu_args()]))
 
 
 def build_plugin() -> Path:

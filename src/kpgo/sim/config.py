@@ -15,6 +15,8 @@ _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
 BOOLS = ("warm", "boot")
+QEMU_ONLY = ("icount",)  # settings for QEMU itself, not the plugin
+ICOUNT_MAX = 10  # QEMU's largest icount shift (2^10 ns per instruction)
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,10 @@ class SimConfig:
     because x86-64 kernels map their text with 2 MiB pages (docs/SIM.md); itlb_kpage=4k models
     kernel code on 4 KiB pages. warm=True keeps simulating outside the windows (slower there) so
     a window starts warm. boot=True adds a window from power-on to the guest agent's start (firmware,
-    decompressor, kernel init, virtme's init: the cost of booting, on paths no workload profile sees)."""
+    decompressor, kernel init, virtme's init: the cost of booting, on paths no workload profile sees).
+    icount=N ties the guest's clock to its instruction count (QEMU -icount shift=N: 2^N ns per
+    instruction), so ticks and timers fall at the same instructions whatever the host's speed and the
+    per-operation counts repeat (docs/SIM.md "Guest time"); None lets the guest clock follow the host's."""
 
     l1i_size: int = 32768
     l1i_assoc: int = 8
@@ -36,6 +41,7 @@ class SimConfig:
     itlb_kpage: int = 2 << 20
     warm: bool = False
     boot: bool = False
+    icount: int | None = 5
 
     def __post_init__(self) -> None:
         for name in BOOLS:
@@ -55,6 +61,9 @@ class SimConfig:
             if f.name in BOOLS:
                 if not isinstance(v, bool):
                     return f"{f.name} must be true or false, not {v!r}"
+            elif f.name == "icount":
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= ICOUNT_MAX):
+                    return f"icount must be a shift from 0 to {ICOUNT_MAX} (2^N ns per instruction) or off, not {v!r}"
             elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 return f"{f.name} must be a positive integer, not {v!r}"
         for name in ("l1i_line", "itlb_page", "itlb_kpage"):
@@ -72,7 +81,7 @@ class SimConfig:
 
     @classmethod
     def parse(cls, text: str) -> SimConfig:
-        """'l1i_size=16k,itlb_kpage=2M' (comma-separated KEY=VALUE, k/M suffixes) over the defaults."""
+        """'l1i_size=16k,itlb_kpage=2M,icount=off' (comma-separated KEY=VALUE, k/M suffixes) over the defaults."""
         known = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for item in filter(None, (t.strip() for t in text.split(","))):
@@ -81,6 +90,9 @@ class SimConfig:
                 raise UserError(f"simulator setting '{item}' is not KEY=VALUE with a known KEY", f"keys: {', '.join(sorted(known))}")
             if key in BOOLS:
                 values[key] = value.lower() in ("1", "true", "yes", "on")
+                continue
+            if key == "icount" and value.strip().lower() in ("off", "none", "no", "false"):
+                values[key] = None
                 continue
             m = re.fullmatch(r"([0-9]+)([kKmM]?)", value.strip())
             if not m:
@@ -94,10 +106,22 @@ class SimConfig:
         if "," in str(out):
             raise UserError(f"the simulator report path {out} contains a comma, which QEMU's option syntax splits on",
                             "use a run directory without commas")
-        args = [f"out={out}"] + [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in BOOLS]
+        args = [f"out={out}"] + [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in BOOLS + QEMU_ONLY]
         args.append(f"warm={'on' if self.warm else 'off'}")
         args.append(f"always={'on' if self.boot else 'off'}")  # the plugin opens its first window at start-up
         return ",".join(args)
+
+    def for_guest(self, vcpus: int) -> SimConfig:
+        """The settings a guest of `vcpus` vCPUs runs with: icount for one vCPU only. QEMU runs all vCPUs of an icount
+        guest on one thread, taking turns, and a vCPU spinning on another's progress (an IPI's answer, a lock) holds
+        the thread for its turn; 2-vCPU guests hung in stress-ng's fork stressor (2 of 6 boots of the tiny kernel),
+        as others found on x86-64 (docs/SIM.md, *Guest time*)."""
+        return self if vcpus == 1 or self.icount is None else dataclasses.replace(self, icount=None)
+
+    def qemu_args(self) -> str:
+        """QEMU's own options for this setting, beside the plugin. sleep=on: an idle guest's clock follows the host's
+        (a guest waiting for its network client does not stall); align=off: no throttling to real time."""
+        return "" if self.icount is None else f"-icount shift={self.icount},sleep=on,align=off"
 
 
 def _pow2(v: int) -> bool:
