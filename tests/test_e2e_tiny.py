@@ -92,6 +92,11 @@ def test_bench_matrix_with_cross_study_and_sim(tiny_summary: dict, tiny_run: Pat
     # No --sim was given: simulated counters are the default exactly under TCG, and then the headline.
     meas = res["measurement"]
     assert meas["sim_mode"] == "auto" and (meas["sim"] is not None) == (h["accelerator"] == "tcg")
+    if meas["sim"] is not None:
+        # redis's guest has one vCPU (its client is on the host): the guest's clock on the instruction count;
+        # micro's has two, which keep the host's (SimConfig.for_guest).
+        assert meas["sim"]["icount"] == 5 and meas["icount"] == {"redis": 5, "micro": None}
+        assert all(s["sim"][0]["icount"] == meas["icount"][s["workload"]] for s in res["samples"])
     # Both generators report their exact operation counts (redis-benchmark runs -n per test).
     assert meas["ops_methods"] == {"redis": ["count"], "micro": ["count"]}
     assert all(s["ops_method"] == ["count"] for s in res["samples"])
