@@ -1,4 +1,4 @@
-"""Interruption: nothing kpgo starts outlives it, and one run directory has one writer."""
+"""Interruption: nothing kpgo starts outlives it, and one run or bench directory has one writer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import assert_one_line_error, kpgo
 from gcov_fixtures import Profiles, gcc_build, profiles  # noqa: F401
@@ -72,18 +74,25 @@ def test_a_process_that_never_prints_the_expected_line_is_killed_early() -> None
         proc.run(["sh", "-c", "sleep 60"], timeout=120, expect=("agent: started", 1.0), what="the guest")
 
 
-def test_second_run_on_the_same_directory_is_refused(tmp_path: Path) -> None:
-    """The first holds the run directory's lock (here a stand-in holder, so no kernel is built); the second
-    kpgo run is refused at once, naming the holder, and writes nothing."""
+@pytest.mark.parametrize("command, what", [
+    (("run", "--base", "tiny", "--workload", "redis", "--dir"), "run directory"),
+    (("bench", "--kernel", "vanilla=/nonexistent", "--workload", "redis", "-o"), "bench directory"),
+])
+def test_second_run_on_the_same_directory_is_refused(tmp_path: Path, command: tuple[str, ...], what: str) -> None:
+    """The first holds the run (bench) directory's lock (here a stand-in holder, so no kernel is built or booted); the
+    second kpgo run (bench) is refused at once, before it unpacks a kernel source or compiles a helper, naming the
+    holder, and writes nothing."""
     run_dir = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from kpgo import atomic\n"
-                               f"with atomic.exclusive(Path({str(run_dir)!r}), 'run directory'):\n    print('held', flush=True); time.sleep(60)"],
+                               f"with atomic.exclusive(Path({str(run_dir)!r}), 'run directory'):\n    print('held', flush=True); time.sleep(3600)"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         before = sorted(p.name for p in run_dir.iterdir())
-        res = kpgo("run", "--base", "tiny", "--workload", "redis", "--dir", run_dir)
-        assert_one_line_error(res, 1, f"another kpgo (pid {holder.pid}) is using the run directory", "wait for it")
+        t = time.monotonic()
+        res = kpgo(*command, run_dir)
+        assert_one_line_error(res, 1, f"another kpgo (pid {holder.pid}) is using the {what}", "wait for it")
+        assert time.monotonic() - t < 30  # measured: 2-3 s (48 s when the run took its lock after preparing)
         assert sorted(p.name for p in run_dir.iterdir()) == before
     finally:
         holder.kill()

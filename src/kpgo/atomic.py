@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from kpgo.errors import InfraError, UserError
 
@@ -182,6 +182,26 @@ def check_resumable(directory: Path, what: str, marks: Sequence[str], option: st
     check_writable(directory, what, option)
 
 
+def _held(f: IO[str], directory: Path, what: str) -> NoReturn:
+    f.seek(0)
+    holder = f.read().strip() or "?"
+    raise UserError(f"another kpgo (pid {holder}) is using the {what} {directory}", "wait for it to finish, or choose another directory")
+
+
+def refuse_if_held(directory: Path, what: str) -> None:
+    """exclusive's refusal, early and creating nothing: for a command that prepares for minutes (a kernel source
+    unpacked, helpers compiled) before it takes the lock."""
+    try:
+        f = open(directory / LOCK)
+    except OSError:
+        return  # no lock file: nobody has held it
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _held(f, directory, what)
+
+
 @contextlib.contextmanager
 def exclusive(directory: Path, what: str) -> Iterator[None]:
     """One writer per directory: a second kpgo on the same run or bench directory is refused at once
@@ -193,10 +213,7 @@ def exclusive(directory: Path, what: str) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            raise UserError(f"another kpgo (pid {holder}) is using the {what} {directory}",
-                            "wait for it to finish, or choose another directory") from None
+            _held(f, directory, what)
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")

@@ -359,10 +359,10 @@ def bench(
         workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
     by_name = {w.name: w for w in wls}
     choice = sim if isinstance(sim, SimChoice) else SimChoice("on" if sim is not None else "off", sim)
-    with _runner(cluster) as runner:
+    with _runner(cluster) as runner, contextlib.ExitStack() as held:
         accel, sim = runner.prepare({k.label: (k.build_dir, str(builds[k.label]["key"])) for k in kernels}, wls, choice)
         atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
-        out.mkdir(parents=True, exist_ok=True)
+        held.enter_context(atomic.exclusive(out, "bench directory"))  # creates it; one writer: two would boot the same cells
         seed = _seed(out, design)
         seq = plan(cells, design.boots, design.order, seed)
         keys = {(s["kernel"], s["workload"]): _cell_key(builds[s["kernel"]], by_name[s["workload"]], design.runs, sim) for s in seq}

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
     design, guest, sim = design_from(args), guest_from(args), sim_from(args)
     atomic.check_resumable(args.out, "bench directory", bench.BENCH_MARKS, "-o")
+    atomic.refuse_if_held(args.out, "bench directory")
     if args.cluster:  # the nodes that boot need the packages and helpers, not this one: each node is checked first
         specs = workloads.load_many(args.workload, args.set, args.client)
     else:

@@ -68,8 +68,9 @@ def execute(opts, cluster: str | None = None) -> int:  # opts: pipeline.RunOptio
     first boot), then the pipeline, then its summary."""
     import json
 
-    from kpgo import bench, pipeline
+    from kpgo import atomic, bench, pipeline
 
+    atomic.refuse_if_held(opts.run_dir, "run directory")  # before minutes of preparing (a kernel source, helpers)
     if not cluster:
         prepare_workloads(list(opts.workloads))
     pipeline.run(opts, cluster)
