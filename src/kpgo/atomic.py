@@ -185,7 +185,7 @@ def check_resumable(directory: Path, what: str, marks: Sequence[str], option: st
 def _held(f: IO[str], directory: Path, what: str) -> NoReturn:
     f.seek(0)
     holder = f.read().strip() or "?"
-    raise UserError(f"another kpgo (pid {holder}) is using the {what} {directory}", "wait for it to finish, or choose another directory")
+    raise UserError(f"another kpgo (pid {holder}) is using the {what} {directory}", "wait for it to finish, or choose another directory") from None
 
 
 def refuse_if_held(directory: Path, what: str) -> None:

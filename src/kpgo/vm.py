@@ -146,6 +146,8 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
     report = rundir / "sim.json"
     cmd = shlex.join([sys.executable, str(AGENT), str(rundir / "job.json")])
     placement = client.plan(job.workload, guest.cpus)
+    if sim is not None:
+        sim = sim.for_guest(placement.vcpus)  # what QEMU gets is what each window records
     net = None
     if placement.client == "host":
         client.check_ports_free(job.workload)
@@ -181,9 +183,8 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         if len(windows) != len(result.runs):
             raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
                              f"report: {report}; console log: {log}")
-        clock = sim.for_guest(placement.vcpus).icount  # the guest clock each window was counted under
         for w in windows + ([result.sim_boot] if result.sim_boot else []):
-            w["icount"] = clock
+            w["icount"] = sim.icount  # the guest clock each window was counted under
         result.sim = windows
     return result
 
