@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kpgo import bench, pipeline, vm
+from kpgo import bench, pipeline, variants, vm
 from kpgo.cli import make_parser
 from kpgo.commands import run as run_cmd
 from kpgo.errors import UserError
+from kpgo.kernel import kconfig
+from kpgo.kernel.source import KernelSource
 
 DATA = Path(__file__).parent / "data" / "report"
 
@@ -30,6 +32,21 @@ def test_round_trip_through_json(tmp_path: Path) -> None:
     assert [w.name for w in again.workloads] == ["redis", "micro"] and again.workloads[0].params["requests"] == 30000
     assert again.workloads[0].client == "host" and again.sim.mode == "auto" and again.sim.config.boot
     assert again.design == bench.Design(2, 1, "random", 7) and again.guest == vm.Guest(1, "2G", 900.0)
+
+
+def test_builds_with_a_profile_use_partial_training_by_default(tmp_path: Path) -> None:
+    """Every build of a run that takes a profile gets -fprofile-partial-training (docs/COMPILERS.md "Partial training
+    by default"), a variant that decides for itself (pgo-no-pt) keeps its choice; --no-partial-training is GCC's default."""
+    src = KernelSource(tmp_path / "linux", "6.12.0", "x")
+    spec = kconfig.resolve("tiny", None, [])
+
+    def kcflags(opts: pipeline.RunOptions, variant: str) -> tuple[str, ...]:
+        return opts.builder(spec, src).request(variant, variant, tmp_path / "prof" if variants.get(variant).profile else None).kcflags
+
+    on, off = options("--workload", "redis"), options("--workload", "redis", "--no-partial-training")
+    assert on.partial_training and on.to_json()["partial_training"] is True and not off.partial_training
+    assert kcflags(on, "optimized") == kcflags(on, "pgo-o3") == variants.PARTIAL_TRAINING_FLAGS
+    assert kcflags(on, "vanilla") == kcflags(on, "pgo-no-pt") == kcflags(off, "optimized") == kcflags(off, "pgo-o3") == ()
 
 
 def test_reads_the_request_of_an_earlier_kpgo() -> None:

@@ -52,6 +52,7 @@ BAD = [
     ("profile and gcov", {"profile": True, "gcov": True}, "exclude each other"),
     ("level among the flags", {"flags": ["-O3"]}, "-O3 sets the optimization level"),
     ("partial training without a profile", {"flags": ["-fprofile-partial-training"]}, "only means something with a profile"),
+    ("no partial training without a profile", {"flags": ["-fno-profile-partial-training"]}, "only means something with a profile"),
     ("profile flags are kpgo's", {"flags": ["-fprofile-use"], "profile": True}, "is kpgo's to set"),
     ("coverage flags are kpgo's", {"flags": ["--coverage"]}, "is kpgo's to set"),
     ("contradicting flags", {"flags": ["-freorder-blocks", "-fno-reorder-blocks"]}, "-freorder-blocks and -fno-reorder-blocks conflict"),
@@ -97,6 +98,8 @@ def test_unknown_variant_and_profile_rules(tmp_path: Path) -> None:
     assert_one_line_error(kpgo("build", "--variant", "pgo-o3", "--dry-run"), 1, "pgo-o3 variant needs a profile")
     assert_one_line_error(kpgo("build", "--variant", "o3", "--profile", tmp_path, "--dry-run"), 1, "--profile is only for --variant optimized", "o3 takes none")
     assert_one_line_error(kpgo("build", "--variant", "o3", "--partial-training", "--dry-run"), 1, "--partial-training is only for")
+    assert_one_line_error(kpgo("build", "--variant", "pgo-no-pt", "--partial-training", "--dry-run"), 1,
+                          "--partial-training contradicts the variant pgo-no-pt", "--variant optimized")
 
 
 def test_every_shipped_variant_loads() -> None:
@@ -247,10 +250,10 @@ def test_build_keys_of_existing_builds_unchanged(tmp_path: Path, monkeypatch: py
     assert key("optimized", True) == GOLDEN["optimized"]
     assert key("optimized", True, kbuild.partial_training_flags(variants.get("optimized"))) == GOLDEN["optimized_pt"]
     assert key("vanilla", kcflags=("-g",)) == GOLDEN["vanilla_g"]
-    # pgo-pt is `--variant optimized --partial-training`: the same build, the same cache entry
-    assert key("pgo-pt", True) == GOLDEN["optimized_pt"]
+    # pgo-no-pt decides for itself: partial training adds nothing to it, and it is a build of its own
+    assert kbuild.partial_training_flags(variants.get("pgo-no-pt")) == ()
     # every other variant is a build of its own
-    others = [key(n, variants.get(n).profile) for n in variants.names() if n not in ("vanilla", "instrumented", "optimized", "pgo-pt")]
+    others = [key(n, variants.get(n).profile) for n in variants.names() if n not in ("vanilla", "instrumented", "optimized")]
     assert len(set(others) | set(GOLDEN.values())) == len(others) + len(GOLDEN)
 
 

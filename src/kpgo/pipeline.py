@@ -51,7 +51,7 @@ class RunOptions:
     sim_mode: str = "auto"  # bench.SIM_MODES
     sim_opts: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
-    partial_training: bool = False  # optimized builds with GCC's -fprofile-partial-training
+    partial_training: bool = True  # builds with a profile add GCC's -fprofile-partial-training (docs/COMPILERS.md)
     values: bool = False  # the instrumented kernel records value profiles too (kpgo.kernel.values)
     hot_share: float | None = None  # optimized builds: only this share of the profiled work is hot (kbuild.hot_share_flags)
 
@@ -100,7 +100,8 @@ class RunOptions:
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
                 tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),
                 vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
-                {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]), bool(r.get("partial_training")),
+                {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]),
+                bool(r.get("partial_training")),  # absent: written before partial training was an option, built without
                 bool(r.get("values")), r.get("hot_share"),
             )
         except (KeyError, TypeError, ValueError) as e:
@@ -122,7 +123,7 @@ class Builder:
     def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> kbuild.BuildRequest:
         o = self.opts
         v = variants.get(variant) if isinstance(variant, str) else variant
-        kcflags = kbuild.partial_training_flags(v) if o.partial_training and v.name == "optimized" else ()
+        kcflags = kbuild.partial_training_flags(v) if o.partial_training and v.profile else ()
         if v.name == "optimized":
             kcflags += kbuild.hot_share_flags(v, profile, o.hot_share)
         return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov)

@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for a variant that takes one (after `kpgo profile fix`)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", help="build directory (default: builds/<base>-<variant>)")
     p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object, after the variant's")
-    p.add_argument("--partial-training", action="store_true",
+    p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=None,
                    help="with a variant that takes a profile: code the profile never ran keeps its normal optimization "
-                   "(GCC's -fprofile-partial-training) instead of being optimized for size (the pgo-pt variant is optimized with it)")
+                   "(GCC's -fprofile-partial-training), the default for such variants (docs/COMPILERS.md says why); "
+                   "--no-partial-training: GCC's default, that code optimized for size")
     p.add_argument("--hot-share", type=float, metavar="S",
                    help="with a variant that takes a profile: only the code holding the hottest share S of the profile's "
                    "executed work (e.g. 0.99) is optimized for speed, the rest of the executed code for size (GCC's "
@@ -56,16 +57,20 @@ def chosen_variant(name: str | None, files: list[Path]):  # -> variants.Variant
 
 
 def run(args: argparse.Namespace) -> int:
+    from kpgo import variants
     from kpgo.errors import UserError
     from kpgo.kernel import kbuild, kconfig, proof, source
 
     variant = chosen_variant(args.variant, args.variant_file)
+    if args.partial_training and not variant.profile:
+        raise UserError(f"--partial-training is only for --variant optimized and the other variants that take a profile; {variant.name} takes none",
+                        "drop it or add --variant optimized --profile DIR")
+    if args.partial_training and variants.NO_PARTIAL_TRAINING in variant.flags:
+        raise UserError(f"--partial-training contradicts the variant {variant.name}, which turns it off",
+                        "drop --partial-training, or build --variant optimized")
     kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values)
     kcflags = tuple(args.kcflags.split())
-    if args.partial_training:
-        if not variant.profile:
-            raise UserError(f"--partial-training is only for --variant optimized and the other variants that take a profile; {variant.name} takes none",
-                            "drop it or add --variant optimized --profile DIR")
+    if variant.profile and args.partial_training is not False:  # the default wherever a profile is used
         kcflags += kbuild.partial_training_flags(variant)
     kcflags += kbuild.hot_share_flags(variant, args.profile, args.hot_share)
     spec = kconfig.resolve(args.base, args.config, args.fragment)

@@ -32,9 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
     p.add_argument("--study", action="append", default=[], choices=("universal", "cross"), help="add a study (repeatable; needs two or more workloads)")
-    p.add_argument("--partial-training", action="store_true",
-                   help="optimized kernels keep code the profile never ran at its normal optimization (GCC's "
-                   "-fprofile-partial-training) instead of optimizing it for size")
+    p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=True,
+                   help="kernels built with a profile keep code the profile never ran at its normal optimization (GCC's "
+                   "-fprofile-partial-training; the default, docs/COMPILERS.md says why); --no-partial-training: GCC's "
+                   "default, that code optimized for size")
     p.add_argument("--hot-share", type=float, metavar="S",
                    help="optimized kernels optimize for speed only the code holding the hottest share S of their "
                    "profile's executed work (e.g. 0.99), the rest of the executed code for size (docs/COMPILERS.md)")

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     q.add_argument("--variants", metavar="NAME[,NAME...]", default=None,
                    help="the variants (`kpgo variants list`; vanilla, the baseline, is always measured); default: "
-                   "vanilla,o3,os,gcc11,clang,inline,noreorder,optimized,pgo-o3,pgo-pt")
+                   "vanilla,o3,os,gcc11,clang,inline,noreorder,optimized,pgo-o3,pgo-no-pt")
     q.add_argument("--workload", metavar="NAME[,NAME...]", default=None, help="measure on these of the run's workloads only (default: all of them)")
     add_variant_file_option(q)
     add_cluster_option(q, "build and boot")

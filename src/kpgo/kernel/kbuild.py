@@ -45,14 +45,17 @@ PROFILE_USE_FLAGS = (
     "-fdump-ipa-profile_estimate",
     "-Wno-error",
 )
-# GCC's option that keeps functions the profile never saw at their normal optimization instead of
-# optimizing them for size (`kpgo build|run --partial-training`, the pgo-pt variant; docs/MEASUREMENTS.md "Partial training" weighs it).
+# GCC's option that keeps functions the profile never saw at their normal optimization instead of optimizing them
+# for size: kpgo adds it to every build with a profile unless told not to (`--no-partial-training`; docs/COMPILERS.md
+# "Partial training by default" says why, from docs/MEASUREMENTS.md "Partial training").
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
 def partial_training_flags(variant: Variant) -> tuple[str, ...]:
-    """What `--partial-training` adds to a variant that takes a profile (nothing where the variant has it: pgo-pt)."""
-    return () if PARTIAL_TRAINING in variant.flags else variants.PARTIAL_TRAINING_FLAGS
+    """What partial training adds to a variant that takes a profile: nothing where the variant's file decides
+    itself (-fprofile-partial-training or, pgo-no-pt, -fno-profile-partial-training)."""
+    decided = {PARTIAL_TRAINING, variants.NO_PARTIAL_TRAINING} & set(variant.flags)
+    return () if decided else variants.PARTIAL_TRAINING_FLAGS
 
 
 def hot_share_flags(variant: Variant, profile: Path | None, share: float | None) -> tuple[str, ...]:
@@ -108,7 +111,7 @@ def build_key(req: BuildRequest) -> str:
         "source": req.source.ident,
         "config": req.config.digest(),
         # the kind of build (vanilla, instrumented, optimized), not the variant's name: builds made before variants
-        # were data keep their keys, and a variant is cached by what it does (pgo-pt is optimized --partial-training)
+        # were data keep their keys, and a variant is cached by what it does (pgo-no-pt is optimized --no-partial-training)
         "variant": v.kind,
         "profile": _profile_digest(req.profile) if req.profile else None,
         "gcc": v.compiler.version(),  # the variant's compiler's version, whichever compiler it is

@@ -27,6 +27,7 @@ KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt"
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
 PARTIAL_TRAINING = "-fprofile-partial-training"
+NO_PARTIAL_TRAINING = "-fno-profile-partial-training"  # a variant that keeps GCC's default (pgo-no-pt)
 # With partial training GCC 12 warns on the server kernel where the profile-optimized build does not
 # (drivers/acpi/property.c: -Wstringop-overread), and the defconfig's CONFIG_WERROR fails the build; a warning
 # does not change the code (docs/COMPILERS.md, "Why -Wno-error").
@@ -165,7 +166,7 @@ def _dir() -> Path:
 
 
 # The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
-STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-pt")
+STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-no-pt")
 # Listed in this order: the three builds of the PGO loop, then the study's others.
 _ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS)))
 
@@ -208,7 +209,7 @@ def validate(spec: Any) -> list[str]:
     for f in flags:
         if re.fullmatch(r"-O.*", f):
             problems.append(f"flags: {f} sets the optimization level, which is opt's to say (opt = \"O2\" | \"O3\" | \"Os\")")
-        elif f == PARTIAL_TRAINING:
+        elif f in (PARTIAL_TRAINING, NO_PARTIAL_TRAINING):
             if not profile:
                 problems.append(f"flags: {f} only means something with a profile (profile = true)")
             elif clang:
