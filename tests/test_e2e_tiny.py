@@ -55,6 +55,8 @@ def test_optimized_build_used_the_profile(tiny_summary: dict, tiny_run: Path) ->
     assert per_object["kernel/sched/core.o"]["used"]
     sizes = tiny_summary["builds"]["optimized-redis"]["sizes"]
     assert sizes["text_unlikely"] > 0 and sizes["text_hot"] >= 0 and sizes["vmlinux_text"] > 0
+    # partial training by default: never-run code kept at -O2 (docs/COMPILERS.md)
+    assert "-fprofile-partial-training" in json.loads((tiny_run / "builds" / "optimized-redis" / "build.json").read_text())["kcflags"]
 
 
 def test_bench_matrix_with_cross_study_and_sim(tiny_summary: dict, tiny_run: Path) -> None:
