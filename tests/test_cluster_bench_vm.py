@@ -3,14 +3,14 @@ a head and one worker node, 1 CPU and the kpgo_guest resource each), with the se
 tiny_run) on redis, two boots each:
 
 (a) the design of `kpgo bench` on this machine with the same seed, and a complete results.json with the hosts;
-(b) the worker node killed during its second boot: its round moves whole to the head, the bench completes, and no
-    cell is counted twice;
+(b) (marked slow) the worker node killed during its second boot: its round moves whole to the head, the bench
+    completes, and no cell is counted twice;
 (c) `kpgo collect --cluster` of two workloads with the tiny instrumented kernel: one on each node at once, each
     profile the kernel's own;
 (d) (marked slow) the run's vanilla and optimized-micro kernels built again on the two nodes at once: the same keys,
     code and proof.
 
-    nice -n 19 .venv/bin/python -m pytest -q -m 'vm and not slow' tests/test_cluster_bench_vm.py   # (d): -m slow
+    nice -n 19 .venv/bin/python -m pytest -q -m 'vm and not slow' tests/test_cluster_bench_vm.py   # (b), (d): -m slow
 
 The fast tests of the same code with fake boots are in test_cluster_bench.py."""
 
@@ -107,6 +107,7 @@ def test_cluster_bench_has_the_local_design_and_hosts(tiny_run: Path, two_nodes:
     assert {n: (e["rounds"], e["boots"]) for n, e in c["hosts"].items()} == {nodes[0]: ([0], 2), nodes[1]: ([1], 2)}
 
 
+@pytest.mark.slow  # ~3 min of boots; its logic is tested with fake boots in test_cluster_bench.py (CI's time, docs/MEASUREMENTS.md)
 def test_worker_node_killed_during_a_boot(tiny_run: Path, two_nodes: tuple[Any, Any], tmp_path: Path) -> None:
     cluster, worker = two_nodes
     work = cache_dir() / "cluster" / "boots" / worker.node_id[:12]  # where the worker node boots (kpgo.cluster)
