@@ -21,7 +21,7 @@ import pytest
 import fake_boot
 import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
-from kpgo import bench, collect, pipeline, vm
+from kpgo import bench, collect, pipeline, variants, vm
 from kpgo.cluster import GUEST, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import kbuild
@@ -163,6 +163,8 @@ def test_single_machine_bench_does_not_import_ray(two_kernels: list[bench.Kernel
     imported."""
     code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import fake_boot; fake_boot.install()"
     check_ray = "\nimport atexit; atexit.register(lambda: print('RAY IMPORTED' if 'ray' in sys.modules else 'no ray'))"
+    meta = two_kernels[1].build_dir / "build.json"  # a PGO build's flags: the profile-use set, then what tells it apart
+    meta.write_text(json.dumps(json.loads(meta.read_text()) | {"kcflags": [*kbuild.PROFILE_USE_FLAGS, *variants.PARTIAL_TRAINING_FLAGS]}))
     res = run("bench", "--kernel", f"vanilla={two_kernels[0].build_dir}", "--kernel", f"optimized={two_kernels[1].build_dir}",
               "--workload", "redis", "--boots", "2", "--no-sim", "-o", tmp_path / "b", code=code + check_ray, env={"KPGO_ACCEL": "tcg"})
     assert res.returncode == 0, res.stderr
@@ -170,6 +172,7 @@ def test_single_machine_bench_does_not_import_ray(two_kernels: list[bench.Kernel
     out = json.loads((tmp_path / "b" / "results.json").read_text())
     assert len(out["samples"]) == 4 and "hosts" not in out and "hosts" not in out["design"]
     assert all(set(s["host"]) == {"hostname", "cpu_model", "qemu"} for s in out["samples"])
+    assert out["kernels"]["optimized"]["flags"] == ["-fprofile-partial-training"] and out["kernels"]["vanilla"]["flags"] is None
 
 
 def test_boots_of_another_set_of_cells_are_measured_again(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:

@@ -409,7 +409,7 @@ def bench(
                         "icount": {w: next((win.get("icount") for s in got if s["workload"] == w for win in s.get("sim") or []), None)
                                    for w in names} if sim is not None else None},
         "kernels": {k.label: {"build_dir": str(k.build_dir), "variant": builds[k.label]["variant"],
-                              "kernel_release": builds[k.label]["kernel_release"],
+                              "kernel_release": builds[k.label]["kernel_release"], "flags": kbuild.extra_flags(builds[k.label]),
                               "mitigations": next((s["mitigations"] for s in got if s["kernel"] == k.label and s.get("mitigations")), None)}
                     for k in kernels},
         **machines,

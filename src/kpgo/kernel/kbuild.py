@@ -51,6 +51,14 @@ PROFILE_USE_FLAGS = (
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 
+def extra_flags(meta: dict) -> list[str] | None:
+    """A build's compiler flags beyond the profile-use set every PGO build has (-O3, the variant's, partial training,
+    the user's --kcflags; -Wno-error, which is in that set, changes no code): what tells kernels apart in a table.
+    None for a build.json without its flags."""
+    flags = meta.get("kcflags")
+    return None if flags is None else [f for f in flags if f not in PROFILE_USE_FLAGS]
+
+
 def partial_training_flags(variant: Variant) -> tuple[str, ...]:
     """What partial training adds to a variant that takes a profile: nothing where the variant's file decides
     itself (-fprofile-partial-training or, pgo-no-pt, -fno-profile-partial-training)."""

@@ -96,6 +96,11 @@ def _kv_table(caption: str, rows: list[tuple[str, Any]]) -> Table:
 # -- 1. header -----------------------------------------------------------------------------------------------------
 
 
+def _flags(flags: list[str] | None) -> str:
+    """A kernel's compiler flags beyond -O2 and the profile-use set (kbuild.extra_flags); '–' where not recorded."""
+    return "–" if flags is None else " ".join(flags) or "none"
+
+
 def header(ctx: Context) -> Section | Skipped:
     d = ctx.data
     res, run = d.results, d.run
@@ -131,10 +136,11 @@ def header(ctx: Context) -> Section | Skipped:
             blocks += per_host_blocks
             data["per_host"] = per_host
         kernels = res.get("kernels") or {}
-        blocks.append(Table("Kernels compared", ["label", "variant", "release", "build directory"],
-                            [[k, str((kernels.get(k) or {}).get("variant", "–")), str((kernels.get(k) or {}).get("kernel_release", "–")),
-                              str((kernels.get(k) or {}).get("build_dir", "–"))] for k in kernel_order(res)],
-                            [False] * 4))
+        blocks.append(Table("Kernels compared", ["label", "variant", "flags beyond -O2 and the profile's", "release", "build directory"],
+                            [[k, str((kernels.get(k) or {}).get("variant", "–")), _flags((kernels.get(k) or {}).get("flags")),
+                              str((kernels.get(k) or {}).get("kernel_release", "–")), str((kernels.get(k) or {}).get("build_dir", "–"))]
+                             for k in kernel_order(res)],
+                            [False] * 5))
         data |= {"design": des | {"boots_total": len(seq)}, "measurement": res.get("measurement"), "baseline": res["baseline"],
                  "kernels": kernels}
     wl_rows = []
