@@ -4,6 +4,7 @@ plugin and the window tool build, configuration and report errors are one line."
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kpgo import sim
+from kpgo import bench, sim
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.paths import cache_dir
 
@@ -323,3 +324,19 @@ def test_report_names_the_guest_clock() -> None:
     two = measure.sim_model({"measurement": {"sim": {"icount": 5}, "icount": {"redis": 5, "micro": None}}})
     assert two.endswith("except on the host's clock for micro (more than one vCPU)")
     assert "clock" not in model()  # results from before the setting
+
+
+def test_boot_cost_compares_boots_of_the_same_workload() -> None:
+    """A kernel measured on one workload is set against the baseline's boots of that workload, not against the
+    baseline's boots of every guest (a 2-vCPU guest boots with more kernel work than a 1-vCPU one)."""
+    def sample(kernel: str, workload: str, insns: float) -> dict:
+        return {"kernel": kernel, "workload": workload, "sim_boot": {"kernel": {"insns": insns, "l1i_misses": insns / 100, "taken_branches": insns / 10}}}
+
+    samples = [sample("vanilla", "redis", 100e6), sample("vanilla", "redis", 102e6), sample("vanilla", "micro", 200e6), sample("vanilla", "micro", 204e6),
+               sample("opt-redis", "redis", 95e6), sample("opt-redis", "redis", 96.9e6), sample("other", "nginx", 90e6)]
+    cost = bench.boot_cost(samples, "vanilla", ["vanilla", "opt-redis", "other"])
+    r = cost["opt-redis"]["insns"]
+    assert r["ratio"] == pytest.approx(0.95) and r["workloads"] == ["redis"] and r["n"] == 2 and r["mean"] == pytest.approx(95.95e6)
+    assert cost["vanilla"]["insns"]["ratio"] == pytest.approx(1.0) and cost["vanilla"]["insns"]["workloads"] == ["micro", "redis"]
+    assert cost["other"]["insns"]["workloads"] == [] and math.isnan(cost["other"]["insns"]["ratio"])  # no baseline boot to compare with
+    assert bench.boot_cost([s for s in samples if s["kernel"] != "vanilla"], "vanilla", ["opt-redis"]) == {}
