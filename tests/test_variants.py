@@ -118,7 +118,8 @@ def test_variants_list(tmp_path: Path) -> None:
     mine = write_variant(tmp_path / "mine.toml", compiler="gcc-11", opt="O3", flags=["-fno-plt"], description="my own")
     res = kpgo("variants", "list", "--variant-file", mine)
     assert res.returncode == 0, res.stderr
-    rows = {ln.split()[0]: ln.split() for ln in res.stdout.splitlines() if ln.strip() and not ln.startswith(("name", "install")) and ":" not in ln.split()[0]}
+    rows = {ln.split()[0]: ln.split() for ln in res.stdout.splitlines()
+            if ln.strip() and not ln.startswith(("name", "install", "(+")) and ":" not in ln.split()[0]}
     assert list(rows)[:3] == ["vanilla", "instrumented", "optimized"]
     assert set(variants.names()) | {"mine"} == set(rows)
     assert rows["vanilla"][1:4] == ["gcc-12", "-O2", "no"]
@@ -127,6 +128,11 @@ def test_variants_list(tmp_path: Path) -> None:
     assert rows["clang"][1] == "clang-19" and rows["gcc11"][1] == "gcc-11"
     assert rows["mine"][1:4] == ["gcc-11", "-O3", "no"] and rows["mine"][-1] == "-fno-plt"
     assert rows["vanilla"][4] == "yes"  # the compiler every test needs
+    # partial training, which kpgo adds to a build with a profile, shows with those variants (not with pgo-no-pt,
+    # whose file turns it off, nor with the ones without a profile)
+    added = ["(+", "-fprofile-partial-training", "-Wno-error)"]
+    assert rows["optimized"][-3:] == rows["pgo-o3"][-3:] == added and "(+" not in rows["pgo-no-pt"] + rows["o3"] + rows["mine"]
+    assert "added by kpgo to a build with a profile unless --no-partial-training" in res.stdout
     assert f"mine: my own ({mine})" in res.stdout
     one = kpgo("variants", "list", "o3,vanilla")
     assert one.returncode == 0 and [ln.split()[0] for ln in one.stdout.splitlines()[1:3]] == ["o3", "vanilla"]
@@ -332,3 +338,4 @@ def test_build_runs_the_dry_run_lines(tmp_path: Path, fake_tools: Path, name: st
     # built once: the same request is up to date, without a make
     fake_tools.unlink()
     assert kbuild.build(req)["key"] == record["key"] and not fake_tools.exists()
+

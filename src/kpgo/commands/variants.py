@@ -29,20 +29,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     from kpgo import variants
+    from kpgo.kernel import kbuild
 
     chosen = variants.parse_names(args.names, args.variant_file, what="the argument")
     rows = [["name", "compiler", "opt", "profile", "installed", "flags"]]
     for v in chosen:
         profile = "gcov" if v.gcov else "yes" if v.profile else "no"
         missing = v.compiler.missing_tools()
+        # what kpgo adds by default to a build with a profile, in (+ ...) (--no-partial-training drops it)
+        added = kbuild.partial_training_flags(v) if v.profile else ()
         rows.append([v.name, v.compiler.name, f"-{v.opt}", profile, "yes" if not missing else "no: " + " ".join(v.compiler.packages),
-                     " ".join(v.flags) or "–"])
+                     (" ".join(v.flags) or "–") + (f"  (+ {' '.join(added)})" if added else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
     print()
     for v in chosen:
         print(f"{v.name}: {v.description}" + ("" if v.shipped else f" ({v.path})"))
+    if any(v.profile for v in chosen):
+        print("\n(+ ...): added by kpgo to a build with a profile unless --no-partial-training (docs/COMPILERS.md, \"Partial training by default\")")
     lacking = [v.name for v in chosen if not v.compiler.installed()]
     if lacking:
         print(f"\ninstall the missing compilers with: kpgo variants install {','.join(lacking)}")
