@@ -87,7 +87,10 @@ def test_all_zero_profile_compiles_the_same_for_any_sum_max(profiled: tuple[Path
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is installed by `make setup`")
-def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("pt", [(), variants.PARTIAL_TRAINING_FLAGS], ids=["gcc-default", "partial-training"])
+def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path], tmp_path: Path, pt: tuple[str, ...]) -> None:
+    """Also with partial training, kpgo's default, whose flag ccache refuses on a command line (REUSE_CC then hands
+    ccache a compiler that adds it: kbuild._partial_training_cc)."""
     src, run = profiled
     env = ccache_env("optimized", tmp_path)
     assert env["KPGO_REUSE"] == "zero" and env["CCACHE_DEPEND"] == "1"
@@ -100,7 +103,7 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
         assert kbuild._install_profile(prof, out) == (2, 1)
         assert (out / "cold.kpgo-zero").exists() and not (out / "hot.kpgo-zero").exists()
         for obj in ("hot", "cold"):
-            compile_in(out, src, obj, cc=cc, extra=["-fdump-ipa-profile"], env=env)
+            compile_in(out, src, obj, cc=cc, extra=["-fdump-ipa-profile", *pt], env=env)
         builds[name] = out
     assert sha(builds["redis"] / "cold.gcda") == sha(builds["nginx"] / "cold.gcda")  # canonical summary
     counts = ccache_counts(env)
@@ -109,7 +112,17 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
     # The reused object is what GCC produces from the workload's own (un-canonicalized) profile.
     direct = tmp_path / "direct"
     profile_dir(direct, run, 31337)
-    assert sha(compile_in(direct, src, "cold", cc=["gcc"])) == sha(builds["nginx"] / "cold.o")
+    assert sha(compile_in(direct, src, "cold", cc=["gcc"], extra=list(pt))) == sha(builds["nginx"] / "cold.o")
+    # ...and whether partial training is in it shows: GCC compiles the never-run function otherwise the other way.
+    other = tmp_path / "other"
+    profile_dir(other, run, 31337)
+    flipped = [] if pt else list(variants.PARTIAL_TRAINING_FLAGS)
+    assert sha(compile_in(other, src, "cold", cc=["gcc"], extra=flipped)) != sha(builds["nginx"] / "cold.o")
+    # The two kinds never share a cache entry: the same object the other way through the wrapper is a miss, and right.
+    again = tmp_path / "again"
+    kbuild._install_profile(profile_dir(tmp_path / "profile-again", run, 31337), again)
+    assert sha(compile_in(again, src, "cold", cc=cc, extra=["-fdump-ipa-profile", *flipped], env=env)) == sha(other / "cold.o")
+    assert ccache_counts(env)["cache_miss"] == 2
     # The proof's evidence: objects with a non-zero profile are compiled with their dump, every time.
     for out in builds.values():
         assert list(out.glob("hot.c.*i.profile")) and not list(out.glob("cold.c.*i.profile"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -416,7 +417,25 @@ def _make_vars(variant: Variant) -> tuple[list[str], dict[str, str]]:
            "CCACHE_NOHASHDIR": "1", "CCACHE_DEPEND": "1"}
     if compiler.command != "gcc":  # the wrapper is make's CC, so it is told the variant's (CC=gcc-11)
         env["KPGO_CC"] = compiler.command
+    if variant.profile:
+        env["KPGO_PT_CC"] = str(_partial_training_cc())
     return [f"CC=sh {REUSE_CC}"], env
+
+
+def _partial_training_cc() -> Path:
+    """An executable compiler that is $KPGO_CC (or gcc) with -fprofile-partial-training: ccache refuses that flag on
+    the command line, so REUSE_CC hands it this compiler instead. ccache keys it apart from plain gcc by its name
+    and by its `-v` output (the real compiler's version; CCACHE_COMPILERCHECK in REUSE_CC). Made once, in the cache."""
+    path = cache_dir() / "tools" / "kpgo-pt-gcc"  # 'gcc' in the name: ccache then treats it as GCC
+    text = ("#!/bin/sh\n# kpgo: the variant's GCC with partial training (kpgo.kernel.kbuild._partial_training_cc)\n"
+            f'exec "${{KPGO_CC:-gcc}}" {PARTIAL_TRAINING} "$@"\n')
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(path)
+    return path
 
 
 def _ccache_stats(env: dict[str, str]) -> dict[str, int]:

@@ -12,12 +12,17 @@ for a in "$@"; do
   [ "$prev" = "-o" ] && out=$a
   prev=$a
 done
+# ccache (4.7) refuses -fprofile-partial-training as an unknown -fprofile option, so such a compile goes through
+# KPGO_PT_CC, a compiler that adds the flag itself (its name and `-v` output give ccache another key: kbuild).
 if [ "${KPGO_REUSE:-}" = zero ] && [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]; then
+  pt=
   for a in "$@"; do
     shift
-    case $a in -fdump-*) ;; *) set -- "$@" "$a" ;; esac
+    case $a in -fdump-*) ;; -fprofile-partial-training) pt=1 ;; *) set -- "$@" "$a" ;; esac
   done
-  exec ccache "$cc" "$@"
+  if [ -z "$pt" ]; then exec ccache "$cc" "$@"; fi
+  if [ -n "${KPGO_PT_CC:-}" ]; then CCACHE_COMPILERCHECK='%compiler% -v' exec ccache "$KPGO_PT_CC" "$@"; fi
+  exec "$cc" -fprofile-partial-training "$@"
 fi
 [ "${KPGO_REUSE:-}" = all ] && exec ccache "$cc" "$@"
 exec "$cc" "$@"
