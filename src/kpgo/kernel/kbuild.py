@@ -264,7 +264,8 @@ def _build(req: BuildRequest) -> dict:
     keyfile.write_text(key)
     log = out / "build.log"
     t0 = time.monotonic()
-    say(f"build {name}: configuring {req.config.name} in {out} (log: {log}; {req.variant.summary()})")
+    added = f"; and {' '.join(req.kcflags)}" if req.kcflags else ""  # partial training, --hot-share's, --kcflags
+    say(f"build {name}: configuring {req.config.name} in {out} (log: {log}; {req.variant.summary()}{added})")
     config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
