@@ -339,3 +339,16 @@ def test_build_runs_the_dry_run_lines(tmp_path: Path, fake_tools: Path, name: st
     fake_tools.unlink()
     assert kbuild.build(req)["key"] == record["key"] and not fake_tools.exists()
 
+
+
+def test_progress_total_is_the_largest_build_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress bar's expected object count: a build resumed in a directory an interrupted one left (fewer
+    objects compiled) does not lower it."""
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    src = KernelSource(Path("/nonexistent"), "6.12.117", "0123456789abcdef")
+    req = kbuild.BuildRequest(src, kconfig.resolve("tiny", None, []), variants.get("vanilla"), tmp_path / "out", None, 3)
+    assert kbuild._expected_count(req) is None
+    kbuild._remember_count(req, 1846)
+    kbuild._remember_count(req, 699)
+    kbuild._remember_count(req, 12)
+    assert kbuild._expected_count(req) == 1846

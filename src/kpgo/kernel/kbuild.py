@@ -463,7 +463,9 @@ def _remember_count(req: BuildRequest, compiled: int) -> None:
         counts = json.loads(path.read_text())
     except (OSError, ValueError):
         counts = {}
-    counts[f"{req.config.digest()}-{req.variant.name}"] = compiled
+    key = f"{req.config.digest()}-{req.variant.name}"
+    # the largest seen: a build resumed in a directory an interrupted one left compiles only the rest
+    counts[key] = max(compiled, int(counts.get(key, 0)))
     atomic.write_json(path, counts)
 
 
