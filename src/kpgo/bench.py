@@ -527,22 +527,22 @@ def boot_cost(samples: list[dict], base: str, labels: list[str]) -> dict[str, di
     since the guest differs between workloads (vCPUs, the clock, a NIC) and a kernel of one workload would otherwise
     be set against the baseline's mix of guests: the ratio is the geometric mean over the workloads both booted, with
     its bootstrap CI; mean and sd pool the kernel's boots. Empty without boot windows."""
-    def counts(label: str, workload: str | None = None) -> list[dict]:
-        return [s["sim_boot"]["kernel"] for s in samples
-                if s["kernel"] == label and s.get("sim_boot") and workload in (None, s["workload"])]
-
-    if not counts(base):
+    cell: dict[tuple[str, str], list[dict]] = {}  # (kernel, workload) -> its boots' kernel-mode counts
+    for s in samples:
+        if s.get("sim_boot"):
+            cell.setdefault((s["kernel"], s["workload"]), []).append(s["sim_boot"]["kernel"])
+    if not any(k == base for k, _ in cell):
         return {}
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
-        if not (wins := counts(label)):
+        mine = sorted(n for k, n in cell if k == label)
+        if not mine:
             continue
-        both = sorted({s["workload"] for s in samples if s["kernel"] == label and s.get("sim_boot")}
-                      & {s["workload"] for s in samples if s["kernel"] == base and s.get("sim_boot")})
+        both = [n for n in mine if (base, n) in cell]
         out[label] = {}
         for c in BOOT_COUNTS:
-            pairs = [([float(w[c]) for w in counts(base, n)], [float(w[c]) for w in counts(label, n)]) for n in both]
-            out[label][c] = {**stats.describe([float(w[c]) for w in wins]), **_geomean_row(pairs, both)}
+            pairs = [([float(w[c]) for w in cell[base, n]], [float(w[c]) for w in cell[label, n]]) for n in both]
+            out[label][c] = {**stats.describe([float(w[c]) for n in mine for w in cell[label, n]]), **_geomean_row(pairs, both)}
     return out
 
 

@@ -123,7 +123,7 @@ class Builder:
     def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> kbuild.BuildRequest:
         o = self.opts
         v = variants.get(variant) if isinstance(variant, str) else variant
-        kcflags = kbuild.partial_training_flags(v) if o.partial_training and v.profile else ()
+        kcflags = kbuild.partial_training_flags(v) if o.partial_training else ()
         if v.name == "optimized":
             kcflags += kbuild.hot_share_flags(v, profile, o.hot_share)
         return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov)

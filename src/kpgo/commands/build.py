@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                         "drop --partial-training, or build --variant optimized")
     kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values)
     kcflags = tuple(args.kcflags.split())
-    if variant.profile and args.partial_training is not False:  # the default wherever a profile is used
+    if args.partial_training is not False:  # the default wherever a profile is used
         kcflags += kbuild.partial_training_flags(variant)
     kcflags += kbuild.hot_share_flags(variant, args.profile, args.hot_share)
     spec = kconfig.resolve(args.base, args.config, args.fragment)

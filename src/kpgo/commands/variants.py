@@ -37,7 +37,7 @@ def run_list(args: argparse.Namespace) -> int:
         profile = "gcov" if v.gcov else "yes" if v.profile else "no"
         missing = v.compiler.missing_tools()
         # what kpgo adds by default to a build with a profile, in (+ ...) (--no-partial-training drops it)
-        added = kbuild.partial_training_flags(v) if v.profile else ()
+        added = kbuild.partial_training_flags(v)
         rows.append([v.name, v.compiler.name, f"-{v.opt}", profile, "yes" if not missing else "no: " + " ".join(v.compiler.packages),
                      (" ".join(v.flags) or "–") + (f"  (+ {' '.join(added)})" if added else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

@@ -61,10 +61,10 @@ def extra_flags(meta: dict) -> list[str] | None:
 
 
 def partial_training_flags(variant: Variant) -> tuple[str, ...]:
-    """What partial training adds to a variant that takes a profile: nothing where the variant's file decides
-    itself (-fprofile-partial-training or, pgo-no-pt, -fno-profile-partial-training)."""
+    """What partial training adds to a variant: nothing to one without a profile, nor where the variant's file
+    decides itself (-fprofile-partial-training or, pgo-no-pt, -fno-profile-partial-training)."""
     decided = {PARTIAL_TRAINING, variants.NO_PARTIAL_TRAINING} & set(variant.flags)
-    return () if decided else variants.PARTIAL_TRAINING_FLAGS
+    return () if decided or not variant.profile else variants.PARTIAL_TRAINING_FLAGS
 
 
 def hot_share_flags(variant: Variant, profile: Path | None, share: float | None) -> tuple[str, ...]:
