@@ -27,6 +27,9 @@ from kpgo.workloads.install import tools_dir
 
 AGENT = Path(__file__).parent / "guest" / "agent.py"
 AGENT_STARTED = "kpgo-agent: started"  # the agent's first line on the console
+# What a TCG guest prints when one vCPU runs a stale translation of kernel text another vCPU has just live-patched
+# (static keys): it executes a breakpoint the patching code already removed. An emulator flake, not the kernel's.
+TEXT_PATCH_RACE = "Oops: int3"
 SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
 
 
@@ -187,6 +190,15 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
             w["icount"] = sim.icount  # the guest clock each window was counted under
         result.sim = windows
     return result
+
+
+def text_patch_race(log: Path, accel: str) -> bool:
+    """Did this guest die of QEMU TCG's race with the kernel's live text patching (TEXT_PATCH_RACE in its console log
+    `log`)? Never under KVM, where the CPU runs the patched text itself."""
+    try:
+        return accel == "tcg" and TEXT_PATCH_RACE in log.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: Guest, log: Path, accel: str,
