@@ -34,10 +34,16 @@ SHF_EXECINSTR = 0x4
 TEXT = ".text"
 STEXT = "_stext"
 # The x86-64 linker script starts the entry text (syscall/interrupt entry, kept apart for page-table isolation) at
-# the next 2 MiB boundary after the compiled code: text_span ends below it, so that padding is not counted.
+# the next 2 MiB boundary after the compiled code (ALIGN_ENTRY_TEXT_BEGIN), and with the SRSO mitigation puts
+# srso_alias_untrain_ret on that boundary, just before __entry_text_start: text_span ends below the boundary, so
+# that the padding is not counted.
 ENTRY_TEXT = "__entry_text_start"
+ENTRY_ALIGN = 2 << 20
 NM_KEYS = ("functions_size", "functions", "text_span", "vmlinux_text")  # what measure() gives
 VMLINUX_KEYS = (*NM_KEYS, "bzimage")  # what a build's vmlinux and bzImage give (vmlinux_sizes)
+# The sizes' rule, recorded with them ("version"): before 2, text_span ran up to srso_alias_untrain_ret on the
+# SRSO kernels (the server config), i.e. across the padding, so complete() measures such a record's span again.
+SIZES_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,8 @@ def measure(elf: Path) -> dict[str, int | None]:
     - functions_size: the sizes of its function symbols summed, each address once;
     - functions: how many addresses that is;
     - text_span: the part of the .text section the compiled code occupies, from _stext (else the lowest function
-      in .text) to the end (address + size) of the last function in .text below the entry text (which the linker
-      script starts at the next 2 MiB boundary); not _etext, which the kernel pads like the section;
+      in .text) to the end (address + size) of the last function in .text below the 2 MiB boundary the linker
+      script starts the entry text at (ENTRY_ALIGN); not _etext, which the kernel pads like the section;
     - vmlinux_text: the size of the .text section itself, padded (2 MiB on x86-64 kernels): for reference only.
     None for what the file cannot tell: no function symbols (a stripped file), no .text section or no function in it."""
     syms = symbols(elf)
@@ -178,7 +184,7 @@ def measure(elf: Path) -> dict[str, int | None]:
     text = syms.section(TEXT)
     span = None
     if text is not None:
-        limit = syms.entry_text if syms.entry_text is not None and text.holds(syms.entry_text) else None
+        limit = syms.entry_text & -ENTRY_ALIGN if syms.entry_text is not None and text.holds(syms.entry_text) else None
         ends = [f.end for f in syms.functions if text.holds(f.address) and (limit is None or f.address < limit)]
         if ends:
             first = min(f.address for f in syms.functions if text.holds(f.address))
@@ -191,7 +197,7 @@ def measure(elf: Path) -> dict[str, int | None]:
 def vmlinux_sizes(out: Path) -> dict[str, int | None]:
     """measure() of the build's vmlinux and the size of its bzImage; None for what is not there."""
     vmlinux, bz = out / "vmlinux", out / "arch" / "x86" / "boot" / "bzImage"
-    sizes: dict[str, int | None] = dict.fromkeys(VMLINUX_KEYS)
+    sizes: dict[str, int | None] = dict.fromkeys(VMLINUX_KEYS) | {"version": SIZES_VERSION}
     if vmlinux.is_file():
         sizes |= measure(vmlinux)
     if bz.is_file():
@@ -201,13 +207,18 @@ def vmlinux_sizes(out: Path) -> dict[str, int | None]:
 
 def complete(out: Path, sizes: dict | None) -> dict:
     """A build's recorded sizes with what a build made before kpgo measured it (functions_size, text_span,
-    bzimage) computed now from the build directory `out`, when its vmlinux is still there; what cannot be
-    computed stays absent (the report shows "–"). Nothing is written: build.json's key and bytes stay."""
+    bzimage) computed now from the build directory `out`, when its vmlinux is still there, and text_span
+    measured again when it was recorded under an older rule (SIZES_VERSION); what cannot be computed stays as it
+    was (absent: the report shows "–"). Nothing is written: build.json's key and bytes stay."""
     sizes = dict(sizes or {})
-    if all(k in sizes for k in VMLINUX_KEYS):
+    stale = sizes.get("version", 1) < SIZES_VERSION
+    if not stale and all(k in sizes for k in VMLINUX_KEYS):
         return sizes
     try:
         now = vmlinux_sizes(out)
     except InfraError:
         return sizes
-    return sizes | {k: v for k, v in now.items() if k not in sizes and v is not None}
+    fresh = {k: v for k, v in now.items() if k != "version" and v is not None}
+    if stale and "text_span" in fresh:
+        sizes |= {"text_span": fresh["text_span"], "version": SIZES_VERSION}
+    return sizes | {k: v for k, v in fresh.items() if k not in sizes}
