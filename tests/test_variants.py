@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def test_dry_run_make_lines(tmp_path: Path) -> None:
         "clang": (" LLVM=-19", "", "KCFLAGS=-Wno-error"),
         "inline": (gcc12, "", "'KCFLAGS=-finline-functions --param=max-inline-insns-single=400 --param=max-inline-insns-auto=60 "
                    "--param=inline-unit-growth=80 -Wno-error'"),
-        "noreorder": (gcc12, "", "'KCFLAGS=-fno-reorder-blocks -fno-reorder-functions -Wno-error'"),
+        "noreorder": (gcc12, "", "'KCFLAGS=-fno-reorder-blocks -fno-reorder-blocks-and-partition -fno-reorder-functions -Wno-error'"),
     }
     for variant, (make_vars, frags, kcflags) in cases.items():
         d = tmp_path / variant
@@ -352,3 +353,37 @@ def test_progress_total_is_the_largest_build_seen(tmp_path: Path, monkeypatch: p
     kbuild._remember_count(req, 699)
     kbuild._remember_count(req, 12)
     assert kbuild._expected_count(req) == 1846
+
+
+REORDER_C = """
+int g(int);
+int f(int *a, int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) {
+        if (__builtin_expect(a[i] < 0, 0))
+            s -= g(a[i]) * 3 + g(i);
+        else
+            s += a[i];
+    }
+    return s;
+}
+"""
+
+
+def test_noreorder_changes_the_code(tmp_path: Path) -> None:
+    """noreorder's flags lay a function's blocks out otherwise than -O2 (the unlikely branch stays in source order),
+    checked with the variant's GCC; -fno-reorder-blocks alone would not: GCC runs the pass while
+    -freorder-blocks-and-partition (on at -O2) is on, so that flag is part of the variant."""
+    v = variants.get("noreorder")
+    cc = v.compiler.command
+    if not shutil.which(cc):
+        pytest.fail(f"{cc} missing: kpgo's default compiler")
+    src = tmp_path / "f.c"
+    src.write_text(REORDER_C)
+
+    def asm(*flags: str) -> str:
+        out = subprocess.run([cc, "-O2", "-S", "-o", "-", *flags, str(src)], capture_output=True, text=True, check=True).stdout
+        return "\n".join(ln for ln in out.splitlines() if "f.c" not in ln and ".ident" not in ln)
+
+    assert asm(*v.flags) != asm()
+    assert asm("-fno-reorder-blocks", "-fno-reorder-functions") == asm()
