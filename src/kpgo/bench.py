@@ -213,9 +213,9 @@ def measure(image: Path, workdir: Path, step: dict[str, Any], key: str, how: Boo
                     raise
                 kept = log.with_name(log.name + ".int3")
                 log.replace(kept)
-                retried.append(f"{vm.TEXT_PATCH_RACE} (QEMU TCG racing the kernel's live text patching): {kept.name}")
-                say(f"bench: {step['kernel']} on {step['workload']}: the guest died of {vm.TEXT_PATCH_RACE}, QEMU TCG racing "
-                    f"the kernel's live text patching (console log kept as {kept}); booting once more")
+                why = f"{vm.TEXT_PATCH_RACE} (QEMU TCG racing the kernel's live text patching)"
+                retried.append(f"{why}: {kept.name}")
+                say(f"bench: {step['kernel']} on {step['workload']}: the guest died of {why}; console log kept as {kept}; booting once more")
         runs = result.runs
         values = [r.value for r in runs]
         ops = [r.ops for r in runs]
