@@ -261,22 +261,51 @@ def strips(groups: Sequence[str], series: Sequence[str], values: dict[tuple[str,
     return png(fig)
 
 
-def tradeoff(points: Sequence[tuple[str, float, Cell]], *, title: str, xlabel: str, ylabel: str, lower_is_better: bool) -> bytes:
+def tradeoff(panels: Sequence[tuple[str, Sequence[tuple[str, float, Cell]]]], *, title: str, xlabel: str,
+             lower_is_better: bool) -> bytes:
     """One point per variant: code size (x) against a ratio to the baseline (y) with its CI as a whisker, each point
-    named; the baseline's line at 1 and an arrow toward the better corner (smaller and better)."""
-    fig = _figure(8.0, 5.2)
-    ax = fig.add_subplot()
-    colors = _colors(len(points))
-    for (label, x, c), color in zip(points, colors):
-        has_ci = not (math.isnan(c.lo) or math.isnan(c.hi))
-        yerr = [[max(c.value - c.lo, 0.0)], [max(c.hi - c.value, 0.0)]] if has_ci else None
-        ax.errorbar([x], [c.value], yerr=yerr, fmt="o", color=color, ecolor="black", elinewidth=0.9, capsize=3, markersize=7)
-        ax.annotate(label + (present.MARK if c.star else ""), (x, c.value), xytext=(6, 4), textcoords="offset points", fontsize=9)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.annotate("better", xy=(0.04, 0.06 if lower_is_better else 0.94), xycoords="axes fraction", fontsize=9, color="grey",
-                va="bottom" if lower_is_better else "top")
-    ax.set_title(_wrap(title, 8.0), fontsize=11)
+    named; one panel per metric (y label, points), side by side, so that a variant the metrics disagree on is seen
+    in both; the baseline's line at 1 and where "better" is (smaller and better)."""
+    fig = _figure(6.4 * len(panels), 5.2)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (ylabel, points) in zip(axes, panels):
+        colors = _colors(len(points))
+        for (_, x, c), color in zip(points, colors):
+            has_ci = not (math.isnan(c.lo) or math.isnan(c.hi))
+            yerr = [[max(c.value - c.lo, 0.0)], [max(c.hi - c.value, 0.0)]] if has_ci else None
+            ax.errorbar([x], [c.value], yerr=yerr, fmt="o", color=color, ecolor="black", elinewidth=0.9, capsize=3, markersize=7)
+        _name_points(ax, [(label + (present.MARK if c.star else ""), x, c.value, color) for (label, x, c), color in zip(points, colors)])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.annotate("better", xy=(0.04, 0.06 if lower_is_better else 0.94), xycoords="axes fraction", fontsize=9,
+                    color="grey", va="bottom" if lower_is_better else "top")
+    fig.suptitle(_wrap(title, 6.4 * len(panels)), fontsize=11)
     return png(fig)
+
+
+def _name_points(ax: Any, points: Sequence[tuple[str, float, float, Any]]) -> None:
+    """Name each point beside it, on the side (right or left, above or below) where its name covers the fewest other
+    points and names already placed, in its point's colour: variants of about the same size and ratio would otherwise
+    print over each other, or a name sit nearer another point than its own."""
+    ax.autoscale_view()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    width_in, height_in = ax.get_position().width * ax.figure.get_figwidth(), ax.get_position().height * ax.figure.get_figheight()
+    char_w, line_h = 0.075 / width_in, 0.17 / height_in  # a 9-point character and line, in axes fractions
+    dots = [((x - x0) / (x1 - x0), (y - y0) / (y1 - y0)) for _, x, y, _ in points]
+    placed: list[tuple[float, float, float, float]] = []
+    sides = ((1, 1), (1, -1), (-1, 1), (-1, -1))  # right/left, above/below
+    for (label, x, y, color), (px, py) in zip(points, dots):
+        w = len(label) * char_w
+        boxes = [(px + (0.01 if dx > 0 else -0.01 - w), py + (0.008 if dy > 0 else -0.008 - line_h), w, line_h) for dx, dy in sides]
+        costs = [sum(_overlap(b, (qx - 0.02, qy - 0.02, 0.04, 0.04)) for qx, qy in dots) + sum(_overlap(b, o) for o in placed)
+                 + 10 * (not (0 <= b[0] and b[0] + w <= 1 and 0 <= b[1] and b[1] + line_h <= 1)) for b in boxes]
+        k = costs.index(min(costs))
+        placed.append(boxes[k])
+        dx, dy = sides[k]
+        ax.annotate(label, (x, y), xytext=(6 * dx, 4 * dy), textcoords="offset points", fontsize=9,
+                    color=color, ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top")
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
