@@ -307,5 +307,7 @@ def _name_points(ax: Any, points: Sequence[tuple[str, float, float, Any]]) -> No
         ax.annotate(label, (x, y), xytext=(6 * dx, 4 * dy), textcoords="offset points", fontsize=9,
                     color=color, ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top")
 
+
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Whether two boxes (x, y, width, height) overlap."""
     return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]

@@ -869,7 +869,11 @@ def compiler(ctx: Context) -> Section | Skipped:
     run = ctx.data.run
     head = table["metrics"][0]
     how = measure.sim(res, run) if head != "speedup" else measure.wall(res, run)
-    name = f"simulated {present.metric_title(head)}" if head != "speedup" else "wall-clock speedup"
+
+    def metric_name(metric: str) -> str:
+        return f"simulated {present.metric_title(metric)}" if metric != "speedup" else "wall-clock speedup"
+
+    name = metric_name(head)
     rows = table["variants"]
     blocks: list[Any] = ["Each compiler variant (`kpgo variants list`, docs/COMPILERS.md) built from the run's source and "
                          "configuration and measured beside -O2 vanilla in one interleaved bench; PGO variants once per "
@@ -881,12 +885,11 @@ def compiler(ctx: Context) -> Section | Skipped:
     shown = [head, *(["kernel_l1i_misses_per_op"] if head != "speedup" and "kernel_l1i_misses_per_op" in table["metrics"] else [])]
     panels = []
     for metric in shown:
-        mname = f"simulated {present.metric_title(metric)}" if metric != "speedup" else "wall-clock speedup"
         points = [(v["variant"], v["size"]["functions_size"]["mean"] / 1e6, Cell(1.0) if v is van else Cell.of(v["geomean"].get(metric)))
                   for v in rows if v["size"].get("functions_size") and (v is van or v["geomean"].get(metric))]
         kept = [(lb, x, c) for lb, x, c in points if c is not None]
         if len(kept) > 1:
-            panels.append((f"{mname}, ratio to -O2 vanilla", kept))
+            panels.append((f"{metric_name(metric)}, ratio to -O2 vanilla", kept))
     if van_size and panels:
         names = " and ".join(lb.removesuffix(", ratio to -O2 vanilla") for lb, _ in panels)
         blocks.append(Figure("compiler-tradeoff",
