@@ -883,15 +883,16 @@ def compiler(ctx: Context) -> Section | Skipped:
     # Under simulation the L1i misses beside the instructions: a variant can cut one and raise the other (-O3's longer
     # code, reordering off), and on TCG neither is the time (docs/MEASUREMENTS.md, the compiler study).
     shown = [head, *(["kernel_l1i_misses_per_op"] if head != "speedup" and "kernel_l1i_misses_per_op" in table["metrics"] else [])]
-    panels = []
+    panels, plotted = [], []
     for metric in shown:
         points = [(v["variant"], v["size"]["functions_size"]["mean"] / 1e6, Cell(1.0) if v is van else Cell.of(v["geomean"].get(metric)))
                   for v in rows if v["size"].get("functions_size") and (v is van or v["geomean"].get(metric))]
         kept = [(lb, x, c) for lb, x, c in points if c is not None]
         if len(kept) > 1:
-            panels.append((f"{metric_name(metric)}, ratio to -O2 vanilla", kept))
+            plotted.append(metric_name(metric))
+            panels.append((f"{plotted[-1]}, ratio to -O2 vanilla", kept))
     if van_size and panels:
-        names = " and ".join(lb.removesuffix(", ratio to -O2 vanilla") for lb, _ in panels)
+        names = " and ".join(plotted)
         blocks.append(Figure("compiler-tradeoff",
                              f"Code size (sum of vmlinux's function symbols, MB = 10^6 bytes; PGO variants: the mean of their "
                              f"per-workload kernels) against the geometric mean over the workloads of {names}, ratio to -O2 "
