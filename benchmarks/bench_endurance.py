@@ -2,7 +2,7 @@
 """Endurance of kpgo's guest loop (prints figures; not a test). docs/RELIABILITY.md has the command and the figures.
 
     .venv/bin/python benchmarks/bench_endurance.py [--run RUN_DIR] [--boots 8] [--collects 2] [--workload micro,redis]
-                                                   [--set micro.seconds=1 ...] [--out DIR]
+                                                   [--set micro.tcp_ops=64 ...] [--out DIR]
 
 Boots back to back through the real command line: one `kpgo bench` of the run's vanilla kernel with --boots per
 workload (--no-sim: the guest loop itself), then --collects `kpgo collect` of its instrumented kernel (one boot per
@@ -100,10 +100,10 @@ def main() -> int:
     ap.add_argument("--boots", type=int, default=8)
     ap.add_argument("--collects", type=int, default=2)
     ap.add_argument("--workload", default="micro,redis")
-    ap.add_argument("--set", action="append", default=None, help="default: micro.seconds=1, micro.procs=1, redis.requests=10000")
+    ap.add_argument("--set", action="append", default=None, help="default: micro.procs=1, redis.requests=10000")
     ap.add_argument("--out", type=Path, default=Path("/tmp/kpgo-endurance"))
     args = ap.parse_args()
-    sets = [a for s in (args.set or ["micro.seconds=1", "micro.procs=1", "redis.requests=10000"]) for a in ("--set", s)]
+    sets = [a for s in (args.set or ["micro.procs=1", "redis.requests=10000"]) for a in ("--set", s)]
     shutil.rmtree(args.out, ignore_errors=True)
     (args.out / "tmp").mkdir(parents=True)
     cache = Path(os.environ.get("KPGO_CACHE") or Path.home() / ".cache" / "kpgo")

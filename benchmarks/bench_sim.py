@@ -3,7 +3,7 @@
 and the figures measured here.
 
     .venv/bin/python benchmarks/bench_sim.py slowdown [--kernel BZIMAGE] [--loop N] [--syscalls N] [--bigcode N]
-                                                      [--repeat 3] [--workload micro --set seconds=2 --set procs=1]
+                                                      [--repeat 3] [--workload micro --set procs=1]
     .venv/bin/python benchmarks/bench_sim.py spread [--kernel BZIMAGE] [--boots 3] [--workload redis --set requests=20000]
 
 slowdown: the same guest programs run in two boots, without and with the plugin, and the in-window slowdown is the
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kpgo import sim, vm, workloads
+from kpgo import bench, sim, vm, workloads
 from kpgo.errors import KpgoError
 from kpgo.guest import contract
 
@@ -92,9 +92,11 @@ def spread(args: argparse.Namespace, accel: str) -> None:
         t = time.monotonic()
         r = vm.run_agent(args.kernel, work / f"boot-{b}", contract.Job(mode="bench", workload=wl, runs=1), guest=GUEST,
                          log=work / f"boot-{b}.log", accel=accel, sim=sim.SimConfig())
-        w, ops = r.sim[0], r.runs[0].ops
-        rows.append([w[s][c] / ops for s, c in keys] + [ops, w["kernel_insn_share"]])
-        print(f"  boot {b}: {time.monotonic() - t:.1f} s wall, ops {ops:.0f}, window {w['seconds']:.2f} s", file=sys.stderr)
+        ops = r.runs[0].ops
+        # a window per load step (micro): each step over its own count, their geometric mean (kpgo.bench.sim_per_op)
+        per = bench.sim_per_op(r.sim or [], [ops], step_ops=[r.runs[0].step_ops] if wl.windows == "step" else None)
+        rows.append([per[f"{s}_{c}_per_op"] for s, c in keys] + [ops, per["kernel_insn_share"]])
+        print(f"  boot {b}: {time.monotonic() - t:.1f} s wall, ops {ops:.0f}, windows {sum(w['seconds'] for w in r.sim or []):.2f} s", file=sys.stderr)
     names = [f"{s} {c}/op" for s, c in keys] + ["ops", "kernel share"]
     print(f"{'per boot':22}" + "".join(f"{n:>21}" for n in names))
     for b, row in enumerate(rows):

@@ -36,6 +36,13 @@ def main() -> int:
     for s in doc["samples"]:
         if not s.get("sim") or not s.get("ops"):
             continue
+        if s.get("sim_steps"):  # a window per load step (micro): each step is fitted on its own, as WORKLOAD/STEP
+            windows = iter(s["sim"])
+            for steps in s["step_ops"]:
+                for name, ops in steps.items():
+                    w = next(windows)
+                    boots[f"{s['workload']}/{name}"][s["kernel"]].append((float(ops), float(w["seconds"]), float(w["kernel"][args.metric])))
+            continue
         for run, ops in zip(s["sim"], s["ops"]):
             boots[s["workload"]][s["kernel"]].append((float(ops), float(run["seconds"]), float(run["kernel"][args.metric])))
     if not boots:

@@ -20,6 +20,7 @@ APT_PACKAGES=(
   python3 python3-venv
   libglib2.0-dev pkg-config dpkg-dev libc6-dev  # the QEMU plugin (GLib), its header fetch (apt-get source), kpgo-window
   chromium-headless-shell  # renders report.html in the report test
+  bolt-19 llvm-19  # branch records' consumers: perf2bolt/llvm-bolt and llvm-profgen (docs/LAYOUT.md; tests/test_branches.py)
 )
 
 missing=()

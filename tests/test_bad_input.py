@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_RUN_ARGS, assert_one_line_error, kpgo
+from conftest import TINY_RUN_ARGS, assert_one_line_error, kpgo, short_sets
 
 
 def tree_digest(root: Path) -> str:
@@ -80,7 +80,7 @@ def test_server_that_does_not_start(tiny_run: Path, tmp_path: Path) -> None:
     """A failing workload stops with the server's complaint, the next workload still runs and
     keeps its profile, and the exit status says that one failed."""
     res = kpgo("collect", tiny_run / "builds" / "instrumented", "-o", tmp_path / "p", "--workload", "redis,micro", "--client", "guest",
-               "--set", "redis.port=99999", "--set", "micro.procs=1", "--set", "micro.seconds=1")
+               "--set", "redis.port=99999", *short_sets(["micro"]))
     assert_one_line_error(res, 3, "1 of 2 workloads failed", "workload redis failed in the guest", "server exited")
     assert "server| " in res.stderr and "65535" in res.stderr  # the server's own complaint
     assert not (tmp_path / "p" / "redis").exists()
@@ -119,3 +119,8 @@ def test_run_dir_virtme_cannot_share(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="virtme-ng cannot share"):
         vm.run_agent(kernel, tmp_path / "a@b", contract.Job(mode="bench", workload=workload("never")), guest=vm.Guest(), log=tmp_path / "log", accel="tcg")
     assert not (tmp_path / "a@b").exists()
+
+
+def test_share_study_refuses_no_sim(tmp_path: Path) -> None:
+    """`kpgo study share --no-sim` was accepted and then overridden: the study is its simulated shares."""
+    assert_one_line_error(kpgo("study", "share", tmp_path, "--no-sim"), 1, "--no-sim leaves it nothing to measure")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import kpgo
+from conftest import kpgo, short_sets
 from kpgo import bench
 from kpgo.cluster import GUEST
 from kpgo.paths import cache_dir
@@ -65,8 +65,8 @@ def test_cluster_collect_with_real_guests(tiny_run: Path, two_nodes: tuple[Any, 
 
     cluster, worker = two_nodes
     instrumented = tiny_run / "builds" / "instrumented"
-    res = kpgo("collect", instrumented, "--workload", "micro,redis", "--client", "guest", "--cpus", "1", "--set", "micro.seconds=1",
-               "--set", "micro.procs=1", "--set", "redis.requests=10000", "--cluster", cluster.address, "-o", tmp_path / "p", timeout=1800)
+    res = kpgo("collect", instrumented, "--workload", "micro,redis", "--client", "guest", "--cpus", "1", *short_sets(["micro"]),
+               "--set", "redis.requests=10000", "--cluster", cluster.address, "-o", tmp_path / "p", timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     key = json.loads((instrumented / "build.json").read_text())["key"]
     nodes = set()

@@ -61,7 +61,9 @@ def test_optimized_build_used_the_profile(tiny_summary: dict, tiny_run: Path) ->
 
 def test_bench_matrix_with_cross_study_and_sim(tiny_summary: dict, tiny_run: Path) -> None:
     res = json.loads((tiny_run / "bench" / "results.json").read_text())
-    assert res["schema"] == 2 and res["baseline"] == "vanilla"
+    assert res["schema"] == 3 and res["baseline"] == "vanilla"
+    plan = json.loads((tiny_run / "bench" / "plan.json").read_text())  # written before the first boot
+    assert plan["seed"] == res["design"]["seed"] and plan["rounds"] == 2 and "Welch" in res["design"]["interval"]
     labels = {"vanilla", "optimized-redis", "optimized-micro"}
     d = res["design"]
     assert d["order_name"] == "random" and d["boots_per_kernel"] == 2 and d["warmup_per_boot"]

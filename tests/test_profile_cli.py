@@ -33,7 +33,7 @@ def test_stats_table(profiles: Profiles, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_fix_cli(profiles: Profiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "f"
-    assert kpgo(["profile", "fix", str(profiles.k0), "-o", str(out), "--runs", "2"]) == 0
+    assert kpgo(["profile", "fix", str(profiles.k0), "-o", str(out), "--summary-runs", "2"]) == 0
     assert "runs=2" in capsys.readouterr().out
     assert kpgo(["profile", "fix", str(profiles.k0), "-o", str(out)]) == 1
     err = capsys.readouterr().err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MICRO_OPS
 from kpgo import bench, pipeline, variants, vm
 from kpgo.cli import make_parser
 from kpgo.commands import run as run_cmd
@@ -49,10 +50,25 @@ def test_builds_with_a_profile_use_partial_training_by_default(tmp_path: Path) -
     assert kcflags(on, "vanilla") == kcflags(on, "pgo-no-pt") == kcflags(off, "optimized") == kcflags(off, "pgo-o3") == ()
 
 
+def recorded_request() -> dict:
+    """The request of a recorded run (tests/data/report/tiny-cross-sim). It was made when micro ran each step for a
+    time (--set micro.seconds=1); micro runs fixed counts now, so its --set names today's parameters instead."""
+    req = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"]
+    return req | {"set": [o for s in req["set"] for o in ([f"micro.{m}" for m in MICRO_OPS] if s == "micro.seconds=1" else [s])]}
+
+
+def test_a_request_with_micro_seconds_is_refused_in_one_line() -> None:
+    """A run made with the time-based micro measured another workload: `kpgo study` cannot extend it."""
+    req = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"]
+    with pytest.raises(UserError) as e:
+        pipeline.RunOptions.from_json(req, Path("/r"))
+    assert "--set micro.seconds=1: seconds is not a parameter of micro" in e.value.message
+
+
 def test_reads_the_request_of_an_earlier_kpgo() -> None:
     """run.json files written before the request was typed (no client, no partial_training) read back, and
     write the same keys again."""
-    old = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"]
+    old = recorded_request()
     opts = pipeline.RunOptions.from_json(old, Path("/r"))
     assert opts.client == "guest" and not opts.partial_training and opts.sim_mode == "on" and opts.studies == ("cross",)
     assert opts.to_json() == old | {"client": "guest", "partial_training": False}
@@ -79,7 +95,7 @@ def test_default_run_dir_names_the_workloads_once() -> None:
     ({"workload": "nosuch"}, "unknown workload"),
 ])
 def test_a_damaged_request_is_refused_in_one_line(change: dict, needle: str) -> None:
-    req = json.loads((DATA / "tiny-cross-sim" / "run.json").read_text())["request"] | change
+    req = recorded_request() | change
     with pytest.raises(UserError) as e:
         pipeline.RunOptions.from_json(req, Path("/r"))
     assert needle in e.value.message

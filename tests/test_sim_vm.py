@@ -2,8 +2,8 @@
 build): exact user instruction counts for a program of known footprint, the kernel/user split
 for a syscall-heavy and a compute-only program, L1i misses for code larger than the cache, taken
 branches of loops, straight-line code split into many blocks and rep strings, and one real
-workload through vm.run_agent with a window per measured run. Two boots: the probes on one vCPU
-with the guest's clock on the instruction count (icount), the workload on two with the host's."""
+workload through vm.run_agent, with a window per measured run and with a window per load step. Three boots: the
+probes on one vCPU with the guest's clock on the instruction count (icount), the workload twice on two with the host's."""
 
 from __future__ import annotations
 
@@ -211,9 +211,14 @@ def test_empty_window_costs_little(probe_windows: list[dict]) -> None:
     assert empty["closed"] and 0 < empty["kernel"]["insns"] < 10_000_000 and empty["user"]["insns"] < 5_000_000
 
 
+def short_micro(windows: str) -> contract.Workload:
+    """micro's syscall, pipe and fork steps at half their counts: a short window."""
+    wl = workloads.load("micro", ["procs=1", "syscall_ops=160", "pipe_ops=112000", "fork_ops=240"])
+    return replace(wl, load=tuple(s for s in wl.load if s.name in ("syscall", "pipe", "fork")), windows=windows)
+
+
 def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_path: Path) -> None:
-    wl = workloads.load("micro", ["seconds=1", "procs=1"])
-    wl = replace(wl, load=tuple(s for s in wl.load if s.name in ("syscall", "pipe", "fork")))  # 3 steps: a short window
+    wl = short_micro("run")  # one window per measured run, as every workload but micro has
     job = contract.Job(mode="bench", workload=wl, runs=2)
     t = time.monotonic()
     result = vm.run_agent(tiny_kernel, tmp_path / "guest", job, guest=GUEST, log=tmp_path / "console.log", accel=accel, sim=sim.SimConfig())
@@ -235,3 +240,27 @@ def test_workload_windows_through_the_agent(tiny_kernel: Path, accel: str, tmp_p
         assert w["seconds"] >= r.seconds * 0.9  # the window spans the load steps
         assert w["icount"] is None  # two vCPUs: the guest's clock is the host's (SimConfig.for_guest)
     assert [w["index"] for w in windows] == [1, 2]
+
+
+def test_workload_windows_per_step_through_the_agent(tiny_kernel: Path, accel: str, tmp_path: Path) -> None:
+    """micro as it is (windows = "step"): a window around each load step, in order, each divided by its own step's
+    count; the boot's figure is the geometric mean of the steps' (kpgo.bench.sim_per_op)."""
+    from kpgo import bench
+
+    wl = short_micro("step")
+    job = contract.Job(mode="bench", workload=wl, runs=2)
+    result = vm.run_agent(tiny_kernel, tmp_path / "guest", job, guest=GUEST, log=tmp_path / "console.log", accel=accel, sim=sim.SimConfig())
+    runs, windows = result.runs, result.sim
+    assert windows is not None and len(windows) == 6 and [w["index"] for w in windows] == list(range(1, 7))
+    steps = [r.step_ops for r in runs]
+    assert steps == [{"syscall": 160.0, "pipe": 112000.0, "fork": 240.0}] * 2  # stress-ng's counts: exactly the ones asked
+    per = bench.sim_steps(windows, steps)
+    for name, figs in per.items():
+        print(f"  {name}: kernel insns/op {figs['kernel_insns_per_op']:,.0f} L1i misses/op {figs['kernel_l1i_misses_per_op']:,.1f} "
+              f"taken/op {figs['kernel_taken_branches_per_op']:,.0f}")
+    for w, r in zip(windows, [r for r in runs for _ in range(3)]):
+        assert w["closed"] and w["kernel"]["insns"] > 0 and w["seconds"] <= r.seconds
+    # a fork costs far more kernel work than a pipe write/read: a pooled count would be the mix's, not either's
+    assert per["fork"]["kernel_insns_per_op"] > 20 * per["pipe"]["kernel_insns_per_op"]
+    boot = bench.sim_per_op(windows, [r.ops for r in runs], step_ops=steps)
+    assert min(f["kernel_insns_per_op"] for f in per.values()) < boot["kernel_insns_per_op"] < max(f["kernel_insns_per_op"] for f in per.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, copy_of_run, kpgo
+from conftest import MICRO_OPS, assert_one_line_error, copy_of_run, kpgo
 
 pytestmark = pytest.mark.vm
 
@@ -67,7 +67,7 @@ def test_universal_and_cross_studies(studies_run: Path) -> None:
 
 @pytest.mark.slow
 def test_sensitivity_study(studies_run: Path) -> None:
-    res = kpgo("study", "sensitivity", studies_run, "--workload", "micro", "--vary", "procs=1,4", "--set", "seconds=1", "--boots", "2")
+    res = kpgo("study", "sensitivity", studies_run, "--workload", "micro", "--vary", "procs=1,4", *(a for o in MICRO_OPS for a in ("--set", o)), "--boots", "2")
     assert res.returncode == 0, res.stderr[-3000:]
     out = studies_run / "studies" / "sensitivity"
     results = json.loads((out / "results.json").read_text())

@@ -158,7 +158,7 @@ HAND_CHECKED: list[tuple[str, str, float]] = [
     ("postgresql", "tpcb_like", 12.864779), ("postgresql", "tpcb_like.latency_avg_ms", 621.853),
     ("rocksdb", "db_bench.readrandom", 28147), ("leveldb", "leveldb_bench.readrandom", 50027),
     ("redis", "bench.GET", 7057.99), ("redis", "bench.get_p99_ms", 8.351),      # "GET","7057.99",...,"8.351","19.567"
-    ("micro", "fork", 117.25),                                                  # fork  235  2.00  0.11  1.96  117.25  113.74
+    ("micro", "fork", 278.55),                                                  # fork  480  1.72  0.65  1.13  278.55  269.63
 ]
 
 # Exact operation counts read off the recorded files by eye (per step).
@@ -171,8 +171,8 @@ HAND_COUNTED: list[tuple[str, str, float]] = [
     ("rocksdb", "db_bench", 363218),         # 100000 operations x 3 + readseq 63218 operations
     ("leveldb", "leveldb_bench", 363168),    # 100000 x 3 + 63168
     ("redis", "bench", 200000),              # -n 100000 for each of SET and GET (the CSV has no count)
-    ("micro", "fork", 235),                  # fork  235 bogo ops
-    ("micro", "tcp-4", 134),                 # sock  134 bogo ops
+    ("micro", "fork", 480),                  # fork  480 bogo ops (--fork-ops 480)
+    ("micro", "tcp-4", 112),                 # sock  112 bogo ops (--sock-ops 112 over 4 instances)
 ]
 
 

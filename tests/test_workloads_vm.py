@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHORT, WORKLOADS, kpgo
+from conftest import MICRO_OPS, SHORT, WORKLOADS, kpgo
 
 pytestmark = pytest.mark.vm
 
@@ -41,7 +41,7 @@ def test_bench_finishes_the_other_cells_when_one_fails(tiny_run: Path, test_dir:
     out = test_dir / "bench-one-fails"
     shutil.rmtree(out, ignore_errors=True)
     args = ["bench", "--kernel", f"vanilla={tiny_run / 'builds' / 'vanilla'}", "--workload", "redis,micro", "--boots", "1", "--no-sim",
-            "--set", "redis.requests=10000", "--set", "micro.seconds=1", "--set", "micro.procs=1,zz", "-o", out]
+            "--set", "redis.requests=10000", *(a for o in MICRO_OPS for a in ("--set", f"micro.{o}")), "--set", "micro.procs=1,zz", "-o", out]
     first = kpgo(*args)
     assert first.returncode == 3 and "Traceback" not in first.stderr
     errors = [ln for ln in first.stderr.splitlines() if ln.startswith("kpgo: error:")]

@@ -4,7 +4,7 @@ A cell is (kernel, workload); one boot measures one cell (warm-up discarded, the
 runs). Every round boots each cell once, in a fresh random order per round (randomized blocks,
 seeded and recorded) or alternating A B / B A; drift over time then spreads over all kernels
 instead of biasing one. Per cell: mean, sd, cv over boots; per workload the ratio of each kernel
-to the baseline with a bootstrap 95% CI over whole boots; per kernel the geometric mean of its
+to the baseline with a 95% interval over whole boots (kpgo.stats); per kernel the geometric mean of its
 speedups across workloads with its CI. With simulated counters (`sim`), each boot also carries
 per-operation kernel/user instruction, L1i-miss and iTLB-miss figures from the QEMU plugin.
 
@@ -55,7 +55,9 @@ SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS + S
 # What a user asks first of a kernel under simulation: how much less work per operation it does.
 SIM_HEADLINE = ("kernel_insns_per_op", "kernel_l1i_misses_per_op", "kernel_taken_branches_per_op")
 ORDERS = ("random", "abba")
-BENCH_MARKS = ("results.json", "boots")  # what a bench directory holds (older ones have no lock)
+INTERVAL_TEXT = (f"95% {stats.METHOD_TEXT}; with fewer than {stats.MIN_BOOTS} boots on a side, the range of the ratio, "
+                 "not an interval (docs/EVALUATION.md)")
+BENCH_MARKS = ("results.json", "boots", "plan.json")  # what a bench directory holds (older ones have no lock or plan)
 SIM_MODES = ("auto", "on", "off")
 
 
@@ -84,10 +86,13 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Design:
-    boots: int = 3
+    boots: int = 3  # rounds; with precision, the first rounds before any is added
     runs: int = 1
     order: str = "random"
     seed: int | None = None  # None: reuse the seed of an earlier bench in the same directory, or draw one
+    precision: float | None = None  # add rounds until every cell's interval half-width (relative) is at most this
+    max_boots: int = 10  # with precision: rounds at most
+    max_time: float | None = None  # with precision: seconds of booting at most (a round is begun only if it fits)
 
 
 def parse_kernel_arg(text: str) -> Kernel:
@@ -119,25 +124,128 @@ def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> lis
     return seq
 
 
-def sim_per_op(windows: list[dict], ops_per_run: list[float], line: int = 64) -> dict[str, float]:
+SHARE_COUNTS = (("insn", "insns"), ("l1i", "l1i_misses"), ("itlb", "itlb_misses"))  # kernel_<short>_share of <count>
+SHARE_METRICS = tuple(f"kernel_{short}_share" for short, _ in SHARE_COUNTS)
+
+
+def _window_per_op(w: dict, ops: float, line: int) -> dict[str, float]:
+    """One window's counters divided by the operations it held, and the kernel's shares of its events."""
+    if ops <= 0:
+        raise InfraError("a measured run or step has no operation count, so counters cannot be given per operation", "see the boot's result.json")
+    d = {f"{s}_{c}_per_op": w[s][c] / ops for s in SIM_SIDES for c in SIM_COUNTS}
+    for s in SIM_SIDES:
+        d[f"{s}_fetch_bytes_per_op"] = w[s]["l1i_accesses"] * line / ops
+        d[f"{s}_stall_cycles_per_op"] = simulator.frontend_stall_cycles(w[s]) / ops
+    d.update(_shares(w))
+    return d
+
+
+def _shares(w: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for short, c in SHARE_COUNTS:
+        total = w["kernel"][c] + w["user"][c]
+        out[f"kernel_{short}_share"] = w["kernel"][c] / total if total else math.nan
+    return out
+
+
+def _mean_of(per: list[dict[str, float]]) -> dict[str, float]:
+    return {m: sum(d[m] for d in per) / len(per) for m in SIM_METRICS}
+
+
+def _geomean(values: list[float]) -> float:
+    """Each value weighs the same whatever its scale (a fork costs a thousand get* calls); a zero makes it zero, which
+    the summaries then leave out as they leave out any zero count."""
+    if any(v <= 0 for v in values):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def sim_steps(windows: list[dict], step_ops: list[dict[str, float]], line: int = 64) -> dict[str, dict[str, float]]:
+    """Per-operation figures of each load step of one boot measured with a window per step (the workload's
+    `windows = "step"`): each step's window divided by that step's own operation count, averaged over the runs.
+    `step_ops`: each measured run's step counts (contract.Run.step_ops), in the order the windows were opened."""
+    if len(windows) != sum(len(r) for r in step_ops):
+        raise InfraError(f"the simulator reported {len(windows)} window(s) for {sum(len(r) for r in step_ops)} load step(s) in "
+                         f"{len(step_ops)} measured run(s)", "see the boot's console log and sim.json")
+    per: dict[str, list[dict[str, float]]] = {}
+    it = iter(windows)
+    for run in step_ops:
+        for name, ops in run.items():
+            per.setdefault(name, []).append(_window_per_op(next(it), ops, line))
+    return {name: _mean_of(ds) for name, ds in per.items()}
+
+
+def sim_per_op(windows: list[dict], ops_per_run: list[float], line: int = 64, step_ops: list[dict[str, float]] | None = None) -> dict[str, float]:
     """Per-operation counter figures of one boot: each measured run's window divided by that run's
     operation count (its `ops`: exact where the generator reports or fixes it, else time x rate; the run's
-    `ops_method` says which, docs/SIM.md), averaged over the runs. `line`: the simulated L1i line size."""
+    `ops_method` says which, docs/SIM.md), averaged over the runs. `line`: the simulated L1i line size.
+
+    With a window per load step (`step_ops` given, see sim_steps) each per-op figure is the geometric mean over the
+    steps of the step's own figure, so that every step weighs the same whatever its number of operations; the kernel's
+    shares stay those of all the run's events (its windows summed), as one window around the run would give them."""
+    if step_ops is not None:
+        if len(step_ops) != len(ops_per_run):
+            raise InfraError(f"{len(step_ops)} runs' step counts for {len(ops_per_run)} measured run(s)", "see the boot's result.json")
+        steps = sim_steps(windows, step_ops, line)
+        out = {m: _geomean([d[m] for d in steps.values()]) for m in SIM_METRICS if m not in SHARE_METRICS}
+        it = iter(windows)
+        runs = [_summed([next(it) for _ in r]) for r in step_ops]
+        shares = [_shares(w) for w in runs]
+        return {m: out[m] if m in out else sum(d[m] for d in shares) / len(shares) for m in SIM_METRICS}
     if len(windows) != len(ops_per_run):
         raise InfraError(f"the simulator reported {len(windows)} window(s) for {len(ops_per_run)} measured run(s)", "see the boot's console log and sim.json")
-    per: list[dict[str, float]] = []
-    for w, ops in zip(windows, ops_per_run):
-        if ops <= 0:
-            raise InfraError("a measured run has no operation count, so counters cannot be given per operation", "see the boot's result.json")
-        d = {f"{s}_{c}_per_op": w[s][c] / ops for s in SIM_SIDES for c in SIM_COUNTS}
-        for s in SIM_SIDES:
-            d[f"{s}_fetch_bytes_per_op"] = w[s]["l1i_accesses"] * line / ops
-            d[f"{s}_stall_cycles_per_op"] = simulator.frontend_stall_cycles(w[s]) / ops
-        for short, c in (("insn", "insns"), ("l1i", "l1i_misses"), ("itlb", "itlb_misses")):
-            total = w["kernel"][c] + w["user"][c]
-            d[f"kernel_{short}_share"] = w["kernel"][c] / total if total else math.nan
-        per.append(d)
-    return {m: sum(d[m] for d in per) / len(per) for m in SIM_METRICS}
+    return _mean_of([_window_per_op(w, ops, line) for w, ops in zip(windows, ops_per_run)])
+
+
+def _summed(windows: list[dict]) -> dict[str, dict[str, int]]:
+    """The counters of several windows added up, per side."""
+    return {s: {c: sum(w[s][c] for w in windows) for c in simulator.COUNTERS} for s in SIM_SIDES}
+
+
+def step_spread(samples: list[dict]) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
+    """workload -> kernel -> load step -> headline metric -> its n, mean, sd and cv over boots, for the samples with
+    per-step figures (`sim_steps`, a workload with a window per step): how far each step's own per-op figure moves
+    from boot to boot, which the geometric mean over the steps hides."""
+    per: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = {}
+    for s in samples:
+        for name, figs in (s.get("sim_steps") or {}).items():
+            cell = per.setdefault(s["workload"], {}).setdefault(s["kernel"], {}).setdefault(name, {})
+            for m in SIM_HEADLINE:
+                if m in figs:
+                    cell.setdefault(m, []).append(figs[m])
+    return {w: {k: {name: {m: stats.describe(v) for m, v in ms.items()} for name, ms in steps.items()} for k, steps in ks.items()}
+            for w, ks in per.items()}
+
+
+def add_step_spread(results: dict) -> None:
+    """step_spread of the results' samples, as `step_spread` of each workload in results["workloads"] (its kernels
+    in its order)."""
+    for n, by_kernel in step_spread(results["samples"]).items():
+        w = results["workloads"].get(n)
+        if w is not None:
+            w["step_spread"] = {k: by_kernel[k] for k in w["kernels"] if k in by_kernel}
+
+
+def step_spread_lines(results: dict) -> list[str]:
+    """The terminal table of each workload's step_spread: per step, the baseline's kernel instructions per operation
+    and, per kernel, the cv over boots of the three headline metrics."""
+    lines: list[str] = []
+    for n, w in results["workloads"].items():
+        spread = w.get("step_spread")
+        if not spread:
+            continue
+        kernels = list(spread)
+        names = list(dict.fromkeys(name for k in kernels for name in spread[k]))
+        base = spread.get(results["baseline"]) or spread[kernels[0]]
+        boots = max(d["n"] for k in kernels for ms in spread[k].values() for d in ms.values())
+        lines += ["", f"{n}: boot-to-boot spread per load step (its own window and count; up to {boots} boots): cv over boots of kernel "
+                  "instructions / L1i misses / taken branches per operation of the step",
+                  f"  {'step':<12} {'insns/op':>12} " + " ".join(f"{k[:26]:>26}" for k in kernels)]
+        for name in names:
+            mean = (base.get(name) or {}).get("kernel_insns_per_op")
+            cells = ["/".join(f"{d[m]['cv']:.1%}" if m in d else "–" for m in SIM_HEADLINE) for d in (spread[k].get(name) or {} for k in kernels)]
+            lines.append(f"  {name:<12} {format(mean['mean'], ',.0f') if mean else '–':>12} " + " ".join(f"{c:>26}" for c in cells))
+    return lines
 
 
 def _cell_key(build: dict, workload: contract.Workload, runs: int, sim: Any) -> str:
@@ -156,13 +264,70 @@ def _block_id(cell_keys: Iterable[str]) -> str:
     return hashlib.sha256(json.dumps(sorted(set(cell_keys))).encode()).hexdigest()[:16]
 
 
+PLAN = "plan.json"
+
+
+def _earlier_plan(out: Path) -> dict[str, Any]:
+    """What an earlier bench in `out` planned: its plan.json (written before its first boot), or for a bench of before
+    plan.json its results.json's design; {} when there is none or it cannot be read."""
+    for name, get in ((PLAN, lambda d: d), ("results.json", lambda d: d["design"])):
+        try:
+            d = get(json.loads((out / name).read_text()))
+            if isinstance(d, dict) and isinstance(d.get("seed"), int):
+                return d
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return {}
+
+
 def _seed(out: Path, design: Design) -> int:
     if design.seed is not None:
         return design.seed
-    try:
-        return int(json.loads((out / "results.json").read_text())["design"]["seed"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return random.SystemRandom().randrange(1 << 31)
+    earlier = _earlier_plan(out).get("seed")
+    return earlier if isinstance(earlier, int) else random.SystemRandom().randrange(1 << 31)
+
+
+def _write_plan(out: Path, seed: int, design: Design, cells: list[tuple[str, str]], block: str, rounds: int) -> None:
+    """The plan, before the boots it names: an interrupted bench resumes the same order (plan() gives round i the same
+    order whatever the number of rounds), and a bench adding rounds for --precision records each before booting it."""
+    atomic.write_json(out / PLAN, {"seed": seed, "order": design.order, "block": block, "rounds": rounds,
+                                   "cells": [list(c) for c in cells], "precision": design.precision,
+                                   "max_boots": design.max_boots, "max_time": design.max_time})
+
+
+def _boots_of(out: Path, steps: list[dict[str, Any]], keys: dict[tuple[str, str], str], block: str) -> tuple[list[Boot], int]:
+    """The Boot of each step, with the sample an earlier bench left for it if its cell and block match, and how many
+    samples of another block (another set of cells) were found and set aside."""
+    boots, other_block = [], 0
+    for step in steps:
+        bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
+        key = keys[(step["kernel"], step["workload"])]
+        try:
+            rec = json.loads((bootdir / "sample.json").read_text())
+        except (OSError, ValueError):
+            rec = None
+        ok = isinstance(rec, dict) and rec.get("cell_key") == key
+        # A boot of a different set of cells ran in another block, at another time: not comparable (see _block_id).
+        if ok and rec.get("block", block) != block:
+            ok, other_block = False, other_block + 1
+        boots.append(Boot(step, bootdir, key, rec if ok else None, block))
+    return boots, other_block
+
+
+def wide_cells(results: dict[str, Any], metric: str, target: float) -> list[dict[str, Any]]:
+    """The cells (a kernel on a workload, against the baseline) whose interval on `metric` (a simulated per-op metric,
+    or "speedup") is wider than ±target relative to the ratio, with their half-widths (inf: no interval yet). A ratio
+    that cannot be formed (a count of 0 on the baseline) cannot narrow and is left out."""
+    out = []
+    for n, w in results["workloads"].items():
+        rows = {r["kernel"]: r for r in w["summary"]} if metric == "speedup" else {k: m.get(metric) or {} for k, m in (w["sim"] or {}).items()}
+        for label, rec in rows.items():
+            if label == results["baseline"] or not isinstance(rec.get("ratio"), float) or not math.isfinite(rec["ratio"]):
+                continue
+            h = stats.half_width(rec)
+            if h > target:
+                out.append({"kernel": label, "workload": n, "half_width": h, "n": rec.get("n")})
+    return out
 
 
 @dataclass
@@ -219,12 +384,16 @@ def measure(image: Path, workdir: Path, step: dict[str, Any], key: str, how: Boo
         runs = result.runs
         values = [r.value for r in runs]
         ops = [r.ops for r in runs]
+        steps = [r.step_ops for r in runs] if job.workload.windows == "step" else None
         rec = {
             **step, "cell_key": key, "finished_at": time.time(), "values": values, "mean": sum(values) / len(values),
             "parts": [r.parts for r in runs], "secondary": [r.secondary for r in runs],
             "kernel_share": [r.kernel_share for r in runs], "ops": ops,
             "ops_method": [r.ops_method for r in runs], "ops_estimate": [r.ops_estimate for r in runs],
-            "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line) if sim is not None else None,
+            "sim": result.sim, "sim_per_op": sim_per_op(result.sim or [], ops, sim.l1i_line, steps) if sim is not None else None,
+            # a window per load step: each step's own per-op figures (sim_per_op is their geometric mean)
+            "step_ops": [r.step_ops for r in runs],
+            "sim_steps": sim_steps(result.sim or [], steps, sim.l1i_line) if sim is not None and steps is not None else None,
             "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
             "mitigations": result.mitigations, "host": host.identity(), "retried": retried,
         }
@@ -359,6 +528,14 @@ def bench(
         raise UserError("--boots and --runs must be at least 1", "fix the option")
     if design.order not in ORDERS:
         raise UserError(f"unknown order {design.order!r}", f"use one of {', '.join(ORDERS)}")
+    if design.precision is not None:
+        if not 0 < design.precision < 1:
+            raise UserError(f"--precision {design.precision}: a half-width relative to the ratio, between 0 and 1", "e.g. --precision 0.015 for ±1.5%")
+        if design.boots < stats.MIN_BOOTS or design.max_boots < design.boots:
+            raise UserError(f"--precision needs --boots of at least {stats.MIN_BOOTS} (an interval needs them) and --max-boots of at "
+                            f"least --boots (here {design.boots} and {design.max_boots})", "fix --boots or --max-boots")
+        if design.max_time is not None and design.max_time <= 0:
+            raise UserError("--max-time must be positive", "e.g. --max-time 6h")
     base = kernels[0].label
     names = [w.name for w in wls]
     cells = cells or [(k.label, n) for n in names for k in kernels]
@@ -379,42 +556,65 @@ def bench(
         atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
         held.enter_context(atomic.exclusive(out, "bench directory"))  # creates it; one writer: two would boot the same cells
         seed = _seed(out, design)
-        seq = plan(cells, design.boots, design.order, seed)
-        keys = {(s["kernel"], s["workload"]): _cell_key(builds[s["kernel"]], by_name[s["workload"]], design.runs, sim) for s in seq}
+        keys = {c: _cell_key(builds[c[0]], by_name[c[1]], design.runs, sim) for c in cells}
         block = _block_id(keys.values())
-        boots, other_block = [], 0
-        for step in seq:
-            bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
-            key = keys[(step["kernel"], step["workload"])]
-            try:
-                rec = json.loads((bootdir / "sample.json").read_text())
-            except (OSError, ValueError):
-                rec = None
-            ok = isinstance(rec, dict) and rec.get("cell_key") == key
-            # A boot of a different set of cells ran in another block, at another time: not comparable (see _block_id).
-            if ok and rec.get("block", block) != block:
-                ok, other_block = False, other_block + 1
-            boots.append(Boot(step, bootdir, key, rec if ok else None, block))
-        if other_block:
-            say(f"bench: the kernels or workloads of the bench in {out} changed since its {other_block} earlier boots: every "
-                "cell is measured again, so that every ratio comes from one interleaved design")
-        samples = {b.cell: b.kept for b in boots if b.kept is not None}
-        if samples:
-            say(f"bench: {len(samples)} of {len(seq)} boots kept from an earlier bench in {out}")
+        rounds = design.boots
+        earlier = _earlier_plan(out)
+        if design.precision is not None and earlier.get("block") == block and earlier.get("seed") == seed:
+            rounds = max(rounds, min(int(earlier.get("rounds") or 0), design.max_boots))  # where the interrupted one was
+        boots: list[Boot] = []
+        samples: dict[tuple[int, str, str], dict] = {}
         failures: dict[tuple[int, str, str], dict] = {}
-        progress = Progress(sum(b.kept is None for b in boots), design.boots)
-        for b, outcome in runner.run(boots, BootSpec(by_name, design.runs, guest, accel, sim), progress):
-            _keep(b, outcome, samples, failures, progress)
+        spec = BootSpec(by_name, design.runs, guest, accel, sim)
+        t0, booted = time.monotonic(), 0
+        precision: dict[str, Any] | None = None
+        while True:
+            _write_plan(out, seed, design, cells, block, rounds)
+            seq = plan(cells, rounds, design.order, seed)
+            new, other_block = _boots_of(out, seq[len(boots):], keys, block)
+            if other_block:
+                say(f"bench: the kernels or workloads of the bench in {out} changed since its {other_block} earlier boots: every "
+                    "cell is measured again, so that every ratio comes from one interleaved design")
+            kept = {b.cell: b.kept for b in new if b.kept is not None}
+            if kept:
+                say(f"bench: {len(kept)} of {len(new)} boots kept from an earlier bench in {out}")
+            boots += new
+            samples |= kept
+            for b in boots:  # what this invocation measured counts as kept when rounds are added (a cluster's rounds)
+                b.kept = samples.get(b.cell)
+            todo = [b for b in boots if b.cell not in failures]  # a boot failed here is retried by the next command
+            progress = Progress(sum(b.kept is None for b in todo), rounds)
+            for b, outcome in runner.run(todo, spec, progress):
+                _keep(b, outcome, samples, failures, progress)
+                booted += 1
+            if design.precision is None:
+                break
+            got = [samples[b.cell] for b in boots if b.cell in samples]
+            metric = SIM_HEADLINE[0] if sim is not None else "speedup"
+            wide = wide_cells(summarize(kernels, wls, cells, got, base), metric, design.precision)
+            took = time.monotonic() - t0
+            per_round = took / booted * len(cells) if booted else 0.0
+            stop = ("met" if not wide else "max_boots" if rounds >= design.max_boots
+                    else "max_time" if design.max_time is not None and took + per_round > design.max_time else None)
+            if stop is not None:
+                precision = {"target": design.precision, "metric": metric, "rounds": rounds, "max_boots": design.max_boots,
+                             "max_time": design.max_time, "stopped": stop, "wide": wide}
+                break
+            worst = max(wide, key=lambda c: c["half_width"])
+            say(f"bench: {len(wide)} cell(s) wider than ±{design.precision:.1%} on {metric} after {rounds} round(s) (widest: "
+                f"{worst['kernel']} on {worst['workload']} ±{worst['half_width']:.1%}): adding round {rounds + 1}")
+            rounds += 1
         got = [samples[b.cell] for b in boots if b.cell in samples]  # in the plan's order
         machines, placed = runner.facts(got)
     results = summarize(kernels, wls, cells, got, base)
     results["failed"] = list(failures.values())
     results |= {
-        "schema": 2,
+        "schema": 3,
         "design": {
             "order": "randomized blocks (a fresh random order of all cells per round)" if design.order == "random" else "alternating A B … / … B A per round",
-            "order_name": design.order, "seed": seed, "boots_per_kernel": design.boots, "runs_per_boot": design.runs,
-            "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq, **placed,
+            "order_name": design.order, "seed": seed, "boots_per_kernel": rounds, "runs_per_boot": design.runs,
+            "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq, "interval": INTERVAL_TEXT,
+            "precision": precision, **placed,
         },
         "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": choice.mode,
                         "headline": "simulated" if sim is not None else "wall-clock",
@@ -444,7 +644,7 @@ def raise_if_failed(results: dict, where: Path) -> None:
                          f"the other cells are in {where / 'results.json'}; run the same command again to retry only the failed boots")
 
 
-def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
+def summarize(kernels: list[Kernel], wls: list[contract.Workload] | list[Measured], cells: list[tuple[str, str]], samples: list[dict], base: str) -> dict:
     """Per workload and kernel: describe, speedup vs the baseline with CI, simulated figures; per kernel the
     geometric mean of speedups. Speedup = ratio of means oriented so that > 1 is better."""
     by_cell: dict[tuple[str, str], list[dict]] = {}
@@ -473,7 +673,8 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
                 geo_names.setdefault(label, []).append(n)
             if all(s.get("sim_per_op") for s in by_cell[(label, n)] + by_cell[(base, n)]):
                 simrows[label] = {}
-                for m in SIM_METRICS:
+                # a bench of an older simulator counted fewer metrics (restate() reads such results.json)
+                for m in (m for m in SIM_METRICS if all(m in s["sim_per_op"] for s in by_cell[(label, n)] + by_cell[(base, n)])):
                     sb = [s["sim_per_op"][m] for s in by_cell[(base, n)]]
                     so = [s["sim_per_op"][m] for s in by_cell[(label, n)]]
                     simrows[label][m] = {**stats.describe(so), **stats.ratio_record(sb, so)}
@@ -481,6 +682,7 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
             "params": w.params, "unit": w.unit, "higher_is_better": w.higher_is_better, "kernels": labels,
             "summary": rows, "sim": simrows or None,
         }
+    add_step_spread(out)  # per load step, for workloads with a window per step
     out["sim_geomean"] = {}
     simulated = {lb for w in out["workloads"].values() for lb in (w["sim"] or {}) if lb != base}
     for label in [k.label for k in kernels if k.label in simulated]:  # in the kernels' order: the same results.json every time
@@ -488,10 +690,10 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
         for m in SIM_HEADLINE + tuple(x for x in SIM_METRICS if x not in SIM_HEADLINE and "share" not in x):
             sp, used = [], []
             for n, w in out["workloads"].items():
-                if label in (w["sim"] or {}):
+                if m in ((w["sim"] or {}).get(label) or {}):
                     sp.append(([s["sim_per_op"][m] for s in by_cell[(base, n)]], [s["sim_per_op"][m] for s in by_cell[(label, n)]]))
                     used.append(n)
-            if any(min(sum(b), sum(o)) <= 0 for b, o in sp):
+            if not sp or any(min(sum(b), sum(o)) <= 0 for b, o in sp):
                 continue  # a zero count (user iTLB misses, say) has no geometric mean
             out["sim_geomean"][label][m] = _geomean_row(sp, used)
     out["sim_own_geomean"] = own_sim_geomean(out)
@@ -503,16 +705,42 @@ def summarize(kernels: list[Kernel], wls: list[contract.Workload], cells: list[t
     return out
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What summarize() reads of a workload: a contract.Workload, or this when only a results.json is at hand."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    params: dict[str, Any]
+
+
+def restate(results: dict[str, Any]) -> dict[str, Any]:
+    """A results.json of schema 2, whose intervals were percentile bootstraps (too narrow at a few boots:
+    docs/EVALUATION.md), with every ratio's interval computed again from its samples by kpgo.stats; the design says
+    so. Schema 3 results are returned as they are."""
+    if results.get("schema") != 2:
+        return results
+    base = results["baseline"]
+    labels = [base, *(k for k in results["kernels"] if k != base)]
+    wls = [Measured(n, w["unit"], bool(w["higher_is_better"]), w.get("params") or {}) for n, w in results["workloads"].items()]
+    cells = sorted({(s["kernel"], s["workload"]) for s in results["samples"]})
+    again = summarize([Kernel(k, Path(k)) for k in labels], wls, cells, results["samples"], base)
+    design = {**results["design"], "interval": INTERVAL_TEXT,
+              "restated": "intervals computed again from the samples; the bench itself gave percentile-bootstrap CIs"}
+    return {**results, **again, "schema": 3, "design": design}
+
+
 def own_sim_geomean(results: dict) -> dict[str, dict[str, Any]]:
     """Per headline simulated metric: the geometric mean over workloads of the app-specific kernel's ratio
-    to the baseline on its own workload (optimized-W on W), with the bootstrap CI, and the workloads used."""
+    to the baseline on its own workload (optimized-W on W), with its interval, and the workloads used."""
     own = {n: f"optimized-{n}" for n in results["workloads"]}
     return {k: g for k in SIM_HEADLINE if (g := geomean_of(results, own, k))}
 
 
 def geomean_of(results: dict, labels: dict[str, str], metric: str) -> dict[str, Any] | None:
     """The geometric mean over workloads of kernel labels[W]'s ratio to the baseline on W, in `metric`: a simulated
-    per-op count (ratio < 1: fewer events) or "speedup" (wall-clock, ratio > 1: faster), with its bootstrap CI and
+    per-op count (ratio < 1: fewer events) or "speedup" (wall-clock, ratio > 1: faster), with its interval and
     the workloads that had samples on both sides; None if none had."""
     base = results["baseline"]
     pairs, used = [], []
@@ -541,7 +769,7 @@ def boot_cost(samples: list[dict], base: str, labels: list[str]) -> dict[str, di
     no workload profile covers). Each workload's boots are compared with the baseline's boots of the same workload,
     since the guest differs between workloads (vCPUs, the clock, a NIC) and a kernel of one workload would otherwise
     be set against the baseline's mix of guests: the ratio is the geometric mean over the workloads both booted, with
-    its bootstrap CI; mean and sd pool the kernel's boots. Empty without boot windows."""
+    its interval; mean and sd pool the kernel's boots. Empty without boot windows."""
     cell: dict[tuple[str, str], list[dict]] = {}  # (kernel, workload) -> its boots' kernel-mode counts
     for s in samples:
         if s.get("sim_boot"):
@@ -563,7 +791,7 @@ def boot_cost(samples: list[dict], base: str, labels: list[str]) -> dict[str, di
 
 def _geomean_row(pairs: list[tuple[list[float], list[float]]], workloads: list[str]) -> dict[str, Any]:
     """A simulated metric's geometric-mean ratio over `workloads` (one (baseline, kernel) pair of per-boot values
-    each) with its bootstrap CI, as sim_geomean and sim_own_geomean store it."""
+    each) with its interval, as sim_geomean and sim_own_geomean store it."""
     return {**stats.geomean_record(pairs), "workloads": workloads}
 
 
@@ -603,7 +831,7 @@ def _speedup_cols(row: dict, key: str, is_base: bool) -> str:
     """A speedup and its CI in two right-aligned columns, the mark hanging after them (none for the baseline)."""
     if is_base:
         return f"{present.ratio(row[key]):>7} {'':>18} "
-    return f"{present.ratio(row[key]):>7} {present.ci(row['ci_low'], row['ci_high']):>18}{present.mark(row, pad=True)}"
+    return f"{present.ratio(row[key]):>7} {present.ci(row['ci_low'], row['ci_high'], row.get('ci_method')):>18}{present.mark(row, pad=True)}"
 
 
 def hosts_line(results: dict) -> str:
@@ -616,6 +844,17 @@ def hosts_line(results: dict) -> str:
             f"{f', {moved} round(s) moved' if moved else ''}: {each}")
 
 
+def precision_line(p: dict[str, Any]) -> str:
+    """What --precision did: met, or which cells stopped wider than the target and why."""
+    head = f"precision ±{p['target']:.1%} on {p['metric']}: "
+    if p["stopped"] == "met":
+        return head + f"every cell within it after {p['rounds']} round(s)"
+    cap = f"--max-boots {p['max_boots']}" if p["stopped"] == "max_boots" else f"--max-time {fmt_secs(p['max_time'])}"
+    cells = ", ".join(f"{c['kernel']} on {c['workload']} " + (f"±{c['half_width']:.1%}" if math.isfinite(c["half_width"]) else "(no interval)")
+                      for c in p["wide"])
+    return head + f"stopped at {cap} after {p['rounds']} round(s) with {len(p['wide'])} cell(s) wider: {cells}"
+
+
 def format_table(results: dict) -> str:
     """The terminal tables. With simulated counters they lead (the headline metric where guests run
     under TCG) and wall-clock follows, labelled indicative under TCG."""
@@ -625,8 +864,10 @@ def format_table(results: dict) -> str:
     wall = "wall-clock (TCG: indicative only)" if tcg else "wall-clock"
     lines = [
         f"{d['boots_per_kernel']} boots per kernel and workload × {d['runs_per_boot']} run(s) after a warm-up; "
-        f"order: {d['order']} (seed {d['seed']}); baseline {base}; 95% CI by bootstrap over boots",
+        f"order: {d['order']} (seed {d['seed']}); baseline {base}; {present.interval_text(results)}",
     ]
+    if d.get("precision"):
+        lines.append(precision_line(d["precision"]))
     if results.get("hosts"):
         lines.append(hosts_line(results))
     methods = results.get("measurement", {}).get("ops_methods") or {}
@@ -663,5 +904,6 @@ def format_table(results: dict) -> str:
         lines += ["", f"geometric mean of speedups across workloads, {wall}"]
         for label, g in results["geomean"].items():
             lines.append(f"  {label:<22} {_speedup_cols(g, 'speedup', False)}  over {len(g['workloads'])} workload(s)")
+    lines += step_spread_lines(results)
     lines += ["", present.footnote(), results["note"]]
     return "\n".join(lines)

@@ -58,13 +58,20 @@ def _share(value: object) -> str | None:
     return None if ok else f"{value} is not a share between 0 and 1 (e.g. 0.99)"
 
 
+def _half_width(value: object) -> str | None:
+    ok = isinstance(value, float) and 0 < value < 1
+    return None if ok else f"{value} is not a relative half-width between 0 and 1 (e.g. 0.015 for ±1.5%)"
+
+
 # Options several commands share (most registered in kpgo.commands.common), by dest: (how the user writes it, the
 # check). Checked before any command starts, so a bad value stops every command at once (a `kpgo run --boots 0`
 # used to build and collect for an hour before its bench refused it).
 CHECKED_OPTIONS: dict[str, tuple[str, Callable[[object], str | None]]] = {
     "jobs": ("-j/--jobs", _count), "boots": ("--boots", _count), "runs": ("--runs", _count), "cpus": ("--cpus", _count),
+    "summary_runs": ("--summary-runs", _count),
     "guest_timeout": ("--guest-timeout", _seconds), "memory": ("--memory", _memory),
-    "hot_share": ("--hot-share", _share),
+    "hot_share": ("--hot-share", _share), "precision": ("--precision", _half_width), "max_boots": ("--max-boots", _count),
+    "max_time": ("--max-time", _seconds),
 }
 
 

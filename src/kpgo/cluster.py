@@ -759,6 +759,7 @@ class BenchOnCluster(_Nodes):
         self.kernels: dict[str, tuple[str, list[Any]]] = {}  # label -> (node cache key, [object ref])
         self.accel = ""
         self.schedule: Schedule | None = None
+        self.moves: list[dict[str, Any]] = []  # earlier run()s' (a bench with --precision runs each added round apart)
 
     def prepare(self, builds: dict[str, tuple[Path, str]], wls: list[Any], choice: Any, what: str = "bench") -> tuple[str, Any]:
         ray = self.ray
@@ -781,6 +782,8 @@ class BenchOnCluster(_Nodes):
 
     def run(self, boots: list[Any], how: Any, progress: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
         ray = self.ray
+        if self.schedule is not None:
+            self.moves += self.schedule.moves
         sched = self.schedule = Schedule(boots, list(self.checks))
         for m in sched.moves:
             say(f"bench: round {m['round'] + 1} moves whole to {self._name(m['to'])}: {m['why']} "
@@ -861,7 +864,7 @@ class BenchOnCluster(_Nodes):
                 "gcc": each("gcc"), "cluster": self.address, "hosts": len(hosts)}
         design = {"hosts": {"block": "round (each round whole on one host)", "assignment": "round-robin over the nodes",
                             "nodes": list(self.checks), "rounds": {str(r): n for r, n in sorted((sched.owner if sched else {}).items())},
-                            "moved": sched.moves if sched else []}}
+                            "moved": self.moves + (sched.moves if sched else [])}}
         return {"host": host, "hosts": hosts}, design
 
 

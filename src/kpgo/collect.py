@@ -180,3 +180,85 @@ def load_profile_json(profile: Path) -> dict:
         return json.loads((profile / "profile.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, period: int | None = None,
+                     replace: bool = False) -> dict:
+    """Branch records of any kernel (no instrumented build needed): boot it under kpgo's QEMU plugin with branch
+    recording on (TCG, nokaslr), run the workload with the simulator's window around the measured load, and write
+    a branch profile directory (kpgo.branches: the plugin's records, BOLT's pre-aggregated profile, perf-script
+    branch stacks for llvm-profgen --kernel, the call graph, and profile.json)."""
+    from kpgo import branches, sim
+
+    build_dir = build_dir.resolve()
+    build = kbuild.read_build_json(build_dir)
+    if build is None or not build.get("ok"):
+        raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build`")
+    vmlinux = build_dir / "vmlinux"
+    if not vmlinux.is_file():
+        raise UserError(f"{build_dir} has no vmlinux", "branch records are symbolized with it: build the kernel again")
+    build_id = branches.build_id_of(vmlinux)
+    workloads.check_kernel([workload], build_dir)
+    config = sim.BranchConfig(build_id=build_id, period=sim.BRANCH_PERIOD if period is None else period)
+    atomic.check_output(out, inputs=[build_dir], what="branch profile directory", replace=replace)
+    kernel = kbuild.image(build_dir)
+    t0 = time.monotonic()
+    with atomic.output_dir(out, replace=replace) as tmp:
+        logdir = tmp / "log"
+        share = tmp / "guest"
+        # mode "bench": the agent runs the workload and its window and touches no gcov counters
+        job = contract.Job(mode="bench", workload=workload, runs=1)
+        where = " (client on the host)" if client.placement_of(workload) == "host" else ""
+        say(f"collect {workload.name} --branches: booting {build['kernel_release']} (TCG, kpgo's QEMU plugin recording kernel branches){where}")
+        try:
+            result = vm.run_agent(kernel, share, job, guest=guest, log=logdir / "console.log", accel="tcg", sim=sim.SimConfig(),
+                                  branches=config)
+        except KpgoError as e:
+            kept = out.parent / f"{out.name}.failed-logs"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(tmp, kept, ignore=shutil.ignore_patterns(vm.BRANCH_RECORDS))
+            raise type(e)(e.message, f"guest logs kept in {kept}") from None
+        try:
+            records = branches.read_records(share / vm.BRANCH_RECORDS, build_id)
+        except UserError as e:  # the plugin wrote it for this kernel: a missing or cut file is the boot's failure
+            raise InfraError(e.message, f"console log: {logdir / 'console.log'}") from None
+        shutil.move(share / vm.BRANCH_RECORDS, tmp / branches.RECORDS_FILE)
+        outputs = branches.make_outputs(records, vmlinux, tmp)
+        for raw in share.glob("load-*.txt"):
+            shutil.move(raw, logdir / raw.name)
+        atomic.write_json(logdir / "guest-result.json", result.to_json())
+        shutil.rmtree(share)
+        run = result.runs[0]
+        windows = result.sim or []
+        profile = {
+            "kind": branches.PROFILE_KIND,
+            "build_id": build_id,
+            "vmlinux": str(vmlinux),
+            "kernel_release": build["kernel_release"],
+            "config_name": build.get("config_name"),
+            "build_dir": build.get("build_dir", str(build_dir)),
+            "build_key": build.get("key"),
+            "variant": build.get("variant"),
+            "workload": {"name": workload.name, "params": workload.params, "unit": workload.unit, "client": client.placement_of(workload)},
+            "placement": result.placement,
+            "throughput": run.value,
+            "throughput_parts": run.parts,
+            "ops": run.ops,
+            "window_seconds": run.seconds,
+            "sim_windows": [{"seconds": w["seconds"], "kernel": w["kernel"], "user": w["user"]} for w in windows],
+            **outputs,
+            "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
+            "mitigations": result.mitigations,
+            "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
+        atomic.write_json(tmp / "profile.json", profile)
+    rec = profile["records"]
+    lost = rec["lost_edges"] + rec["lost_ranges"] + rec["lost_samples"]
+    if lost:
+        say(f"collect {workload.name} --branches: the plugin's tables were full: {lost} executions of new keys were not recorded "
+            "(counts of what is recorded stay exact)")
+    say(f"collect {workload.name} --branches: {rec['branches']:,} kernel branches, {rec['edges']:,} edges, {rec['ranges']:,} ranges, "
+        f"{rec['samples']:,} sampled stacks ({rec['stacks']:,} distinct), {profile['throughput']:.0f} {workload.unit} "
+        f"(all {fmt_secs(time.monotonic() - t0)}) — {out}")
+    return profile

@@ -91,6 +91,7 @@ class RunOptions:
             "study": list(self.studies), "partial_training": self.partial_training,
             **({"values": True} if self.values else {}),  # only where set: earlier run.json stay as they were
             **({"hot_share": self.hot_share} if self.hot_share is not None else {}),
+            **({"precision": d.precision, "max_boots": d.max_boots, "max_time": d.max_time} if d.precision is not None else {}),
         }
 
     @classmethod
@@ -98,7 +99,8 @@ class RunOptions:
         try:  # a run.json without "client" was written before --client existed: its clients ran in the guest
             return cls(
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
-                tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"]), int(r["jobs"]),
+                tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"], r.get("precision"),
+                                                            int(r.get("max_boots", 10)), r.get("max_time")), int(r["jobs"]),
                 vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
                 {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]),
                 bool(r.get("partial_training")),  # absent: written before partial training was an option, built without
@@ -400,7 +402,7 @@ def markdown(s: dict, results: dict) -> str:
     table = [[v, fmt_secs(info["seconds"]), *(present.size(info["sizes"].get(k)) for k in sizes)] for v, info in b.items()]
     lines += [
         "",
-        present.md_escape(present.footnote("95% CI (bootstrap over boots)")) + ".",
+        present.md_escape(present.footnote()) + f"; {present.md_escape(present.interval_text(results))}.",
         "",
         "## Builds",
         "",

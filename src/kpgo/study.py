@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -172,12 +173,6 @@ def compiler_table(results: dict, plan: list[VariantBuild], sizes: dict[str, dic
     for v in dict.fromkeys(b.variant for b in plan):
         mine = [b for b in plan if b.variant == v]
         labels = {n: next(b.label for b in mine if b.workload in (None, n)) for n in names}
-        per: dict[str, dict[str, Any]] = {}
-        for n, label in labels.items():
-            w = results["workloads"][n]
-            row = next((r for r in w["summary"] if r["kernel"] == label), None)
-            sim = (w.get("sim") or {}).get(label) or {}
-            per[n] = {m: _ratio(sim[m]) for m in metrics if m in sim} | ({"speedup": _ratio(row, "speedup")} if row else {})
         size: dict[str, Any] = {}
         for k in SIZE_KEYS:
             vals = [x for b in mine if isinstance(x := sizes.get(b.label, {}).get(k), int)]
@@ -185,16 +180,33 @@ def compiler_table(results: dict, plan: list[VariantBuild], sizes: dict[str, dic
                 size[k] = {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals), "builds": len(vals)}
         rows.append({
             "variant": v.name, "summary": v.summary(), "description": v.description, "profile": v.profile,
-            "kernels": {n: labels[n] for n in names}, "workloads": per,
-            "geomean": {m: g for m in metrics if v.name != "vanilla" and (g := bench.geomean_of(results, labels, m))},
-            "size": size,
+            "kernels": {n: labels[n] for n in names}, **_ratios(results, labels, metrics, v.name == "vanilla"), "size": size,
         })
-    return {"schema": 1, "baseline": "vanilla", "headline": headline, "metrics": list(metrics),
-            "workloads": names, "variants": rows, "note": results.get("note", "")}
+    return {"schema": 1, "baseline": "vanilla", "headline": headline, "metrics": list(metrics), "workloads": names,
+            "variants": rows, "note": results.get("note", ""), "interval": present.interval_text(results)}
+
+
+def _ratios(results: dict, labels: dict[str, str], metrics: Sequence[str], baseline: bool) -> dict[str, Any]:
+    """A variant's row of ratios: per workload its kernel's ratio to vanilla in each metric, and the geomeans."""
+    per: dict[str, dict[str, Any]] = {}
+    for n, label in labels.items():
+        w = results["workloads"][n]
+        row = next((r for r in w["summary"] if r["kernel"] == label), None)
+        sim = (w.get("sim") or {}).get(label) or {}
+        per[n] = {m: _ratio(sim[m]) for m in metrics if m in sim} | ({"speedup": _ratio(row, "speedup")} if row else {})
+    return {"workloads": per, "geomean": {m: g for m in metrics if not baseline and (g := bench.geomean_of(results, labels, m))}}
+
+
+def restate_table(table: dict, results: dict) -> dict:
+    """compiler.json as this kpgo computes its ratios from the study's (restated: kpgo.bench.restate) results."""
+    if table.get("interval") == present.interval_text(results):
+        return table
+    rows = [{**v, **_ratios(results, v["kernels"], table["metrics"], v["variant"] == "vanilla")} for v in table["variants"]]
+    return {**table, "variants": rows, "interval": present.interval_text(results)}
 
 
 def _ratio(m: dict, key: str = "ratio") -> dict[str, Any]:
-    return {"ratio": m[key], "ci_low": m["ci_low"], "ci_high": m["ci_high"], "ci_includes_1": m["ci_includes_1"]}
+    return {"ratio": m[key], "ci_low": m["ci_low"], "ci_high": m["ci_high"], "ci_includes_1": m["ci_includes_1"], "ci_method": m.get("ci_method")}
 
 
 def _metric_name(m: str) -> str:
@@ -237,7 +249,8 @@ def format_compiler(table: dict) -> str:
     lines = []
     for title, header, rows, numeric in compiler_tables(table):
         lines += [f"## {title}", "", *present.md_table(header, [[present.md_cell(c) for c in r] for r in rows], numeric), ""]
-    lines += [present.md_escape(present.footnote()) + ". PGO variants: one kernel per workload, built with that workload's "
+    interval = present.md_escape(table.get("interval") or present.BOOTSTRAP_TEXT)
+    lines += [present.md_escape(present.footnote()) + f"; {interval}. PGO variants: one kernel per workload, built with that workload's "
               "profile and measured on it; their size is the mean of those kernels (range in parentheses). Functions: the "
               "sum of vmlinux's function symbols. " + table["note"]]
     return "\n".join(lines)

@@ -29,8 +29,10 @@ AGENT = Path(__file__).parent / "guest" / "agent.py"
 AGENT_STARTED = "kpgo-agent: started"  # the agent's first line on the console
 # What a TCG guest prints when one vCPU runs a stale translation of kernel text another vCPU has just live-patched
 # (static keys): it executes a breakpoint the patching code already removed. An emulator flake, not the kernel's.
+# micro avoids it by holding on the keys its stressors flipped (docs/SIM.md, "Live text patching under TCG").
 TEXT_PATCH_RACE = "Oops: int3"
 SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
+BRANCH_RECORDS = "branches.rec"  # in run_agent's rundir, with branch records (kpgo.branches)
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,12 @@ def accelerator(probe_kernel: Path) -> str:
 
 
 def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | None = None,
-             sim: simulator.SimConfig | None = None, report: Path | None = None, net: client.HostClient | None = None) -> list[str | Path]:
+             sim: simulator.SimConfig | None = None, report: Path | None = None, net: client.HostClient | None = None,
+             branches: simulator.BranchConfig | None = None, records: Path | None = None) -> list[str | Path]:
     """The vng command line booting `kernel` to run the shell command `cmd` (an argument list and
     nothing else: prepare_sim readies a simulated boot). With `sim`, the plugin writes its report
-    to `report` and the guest runs under TCG. With `net` (a host client), the guest gets its NIC
-    and QEMU is pinned to the cores the client leaves."""
+    to `report` and the guest runs under TCG; with `branches` too, its branch records to `records`.
+    With `net` (a host client), the guest gets its NIC and QEMU is pinned to the cores the client leaves."""
     if not kernel.is_file():
         raise UserError(f"kernel image {kernel} not found", "build it first with `kpgo build`")
     argv: list[str | Path] = ["vng", "-r", kernel]
@@ -104,20 +107,23 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
         # nokaslr/norandmaps: the same code at the same virtual addresses every boot, so the
         # virtually indexed cache and TLB sets repeat (vng splits one --append on spaces).
         # "--qemu-opts=VALUE" in one word: argparse takes a separate "-plugin ..." for an option.
-        argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim.for_guest(cpus), report)}"]
+        # nokaslr also keeps the kernel's code at vmlinux's addresses, which branch records rely on.
+        argv += ["--append", "nokaslr norandmaps", f"--qemu-opts={simulator.qemu_opts(sim.for_guest(cpus), report, branches, records)}"]
         accel = "tcg"  # a plugin sees only TCG-translated code
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
     return proc.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
 
 
-def prepare_sim(report: Path, accel: str) -> None:
+def prepare_sim(report: Path, accel: str, records: Path | None = None) -> None:
     """The host side of a simulated boot, before vng starts: kpgo's QEMU plugin and the guest's
-    kpgo-window built (the plugin header fetched once), no report left by an earlier boot."""
+    kpgo-window built (the plugin header fetched once), no report (or branch records) left by an earlier boot."""
     if accel == "kvm":
         say("simulated counters need QEMU TCG: this guest runs without KVM")
     simulator.setup()
     simulator.clean_report(report)
+    if records is not None:
+        simulator.clean_report(records)
 
 
 def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
@@ -136,13 +142,17 @@ def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
 
 
 def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, log: Path, accel: str,
-              sim: simulator.SimConfig | None = None) -> contract.Result:
+              sim: simulator.SimConfig | None = None, branches: simulator.BranchConfig | None = None) -> contract.Result:
     """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return its result
     (result.json) with the host's side of the boot: the placement, and the simulator's windows.
 
     With `sim`, kpgo's QEMU plugin counts each measured run in its own window (the agent opens and
-    closes it around the load steps) and result.sim is the list of windows, one per entry of
-    result.runs, as kpgo.sim.read_windows returns them."""
+    closes it around the load steps; with the workload's `windows = "step"`, around each load step)
+    and result.sim is the list of windows as kpgo.sim.read_windows returns them: one per entry of
+    result.runs, or per step of each run in the order of its `step_ops`."""
+    # With `branches` too, the plugin records the windows' branches into rundir/BRANCH_RECORDS (kpgo.branches).
+    if branches is not None and sim is None:
+        raise ValueError("branch records come from the simulator: give sim too")
     if not SHAREABLE.fullmatch(str(rundir.resolve())):
         raise UserError(f"virtme-ng cannot share {rundir.resolve()} with the guest (it takes only letters, digits, space and _ + / . -)",
                         "choose an output or run directory whose path has no other characters")
@@ -156,7 +166,7 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         client.check_ports_free(job.workload)
         net = client.HostClient(job.workload, placement, rundir / "client", log.with_name("client.log"))
     try:
-        res = _run_agent(kernel, rundir, job, cmd, guest, log, accel, sim, report, net)
+        res = _run_agent(kernel, rundir, job, cmd, guest, log, accel, sim, report, net, branches)
     finally:
         if net is not None:
             net.close()
@@ -183,8 +193,10 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         windows = simulator.read_windows(report)
         if sim.boot and windows:
             result.sim_boot = windows.pop(0)  # power-on to the agent's start
-        if len(windows) != len(result.runs):
-            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s)",
+        want = result.window_count(job.workload.windows)
+        if len(windows) != want:
+            per = f" of {want // max(len(result.runs), 1)} load step(s) each" if job.workload.windows == "step" else ""
+            raise InfraError(f"the simulator recorded {len(windows)} window(s) for {len(result.runs)} measured run(s){per}",
                              f"report: {report}; console log: {log}")
         for w in windows + ([result.sim_boot] if result.sim_boot else []):
             w["icount"] = sim.icount  # the guest clock each window was counted under
@@ -202,11 +214,14 @@ def text_patch_race(log: Path, accel: str) -> bool:
 
 
 def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: Guest, log: Path, accel: str,
-               sim: simulator.SimConfig | None, report: Path, net: client.HostClient | None) -> proc.Result:
+               sim: simulator.SimConfig | None, report: Path, net: client.HostClient | None,
+               branches: simulator.BranchConfig | None = None) -> proc.Result:
     """run_agent's boot: the job written, the guest booted (twice if its kernel panicked or hung early)."""
-    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net)  # checks the kernel first
+    records = rundir / BRANCH_RECORDS if branches is not None else None
+    argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net,
+                    branches=branches, records=records)  # checks the kernel first
     if sim is not None:
-        prepare_sim(report, accel)
+        prepare_sim(report, accel, records)
     rundir.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", "gcda.tar"):
         (rundir / stale).unlink(missing_ok=True)
@@ -239,4 +254,6 @@ def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: G
         log.rename(log.with_name(log.name + (".stalled" if res.stalled else ".panic")))
         if sim is not None:
             simulator.clean_report(report)
+            if records is not None:
+                simulator.clean_report(records)
     return res

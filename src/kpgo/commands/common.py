@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 from kpgo.guest.contract import Workload  # stdlib only: cheap to import before a command starts
@@ -74,7 +75,16 @@ def guest_from(args: argparse.Namespace):  # -> vm.Guest
 
 def add_design_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("benchmark design")
-    g.add_argument("--boots", type=int, default=3, help="boots per kernel and workload (default 3; the bootstrap needs ≥ 2)")
+    g.add_argument("--boots", type=int, default=3,
+                   help="boots per kernel and workload (default 3; a 95%% interval needs ≥ 2, below that a ratio gets its range); "
+                   "with --precision, the rounds booted before any is added")
+    g.add_argument("--precision", type=float, default=None, metavar="P",
+                   help="add whole randomized rounds until every kernel's interval on the headline metric (simulated kernel "
+                   "instructions/op, else the speedup) is within ±P of its ratio on every workload, e.g. 0.015 for ±1.5%%, "
+                   "or until --max-boots or --max-time; the tables say which cells stopped wider (docs/EVALUATION.md)")
+    g.add_argument("--max-boots", type=int, default=10, metavar="N", help="with --precision: rounds at most (default 10)")
+    g.add_argument("--max-time", type=duration, default=None, metavar="DURATION",
+                   help="with --precision: begin a round only if it should end within this time of booting, e.g. 90m, 6h, 1h30m")
     g.add_argument("--runs", type=int, default=1, help="measured runs per boot after the warm-up (default 1)")
     g.add_argument("--order", choices=("random", "abba"), default="random",
                    help="boot order per round: random (randomized blocks, default) or abba (alternating A B / B A)")
@@ -93,7 +103,20 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
 def design_from(args: argparse.Namespace):  # -> bench.Design
     from kpgo import bench
 
-    return bench.Design(boots=args.boots, runs=args.runs, order=args.order, seed=args.seed)
+    return bench.Design(boots=args.boots, runs=args.runs, order=args.order, seed=args.seed, precision=args.precision,
+                        max_boots=args.max_boots, max_time=args.max_time)
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def duration(text: str) -> float:
+    """'90m', '6h', '1h30m', '45s' or plain seconds, in seconds (argparse type)."""
+    m = _DURATION.fullmatch(text.strip())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90m, 6h, 1h30m or seconds)")
+    h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+    return h * 3600 + mi * 60 + sec
 
 
 def sim_from(args: argparse.Namespace):  # -> bench.SimChoice

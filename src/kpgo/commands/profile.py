@@ -1,7 +1,7 @@
 """`kpgo profile`: read, repair, merge, validate and compare kernel profiles (directories of .gcda files).
 
     kpgo profile stats DIR [--json]
-    kpgo profile fix DIR -o OUT [--runs N]
+    kpgo profile fix DIR -o OUT [--summary-runs N]
     kpgo profile arcs DIR -o OUT
     kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
     kpgo profile check DIR --build BUILD_DIR [--json]
@@ -25,15 +25,15 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="profile_command", metavar="ACTION")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
-    s = sub.add_parser("stats", help="counts over a profile (files, functions, arc counters, summary, version)")
-    s.add_argument("dir", type=Path, help="profile directory")
+    s = sub.add_parser("stats", help="counts over a profile (files, functions, arc counters, summary, version; or a branch profile's records)")
+    s.add_argument("dir", type=Path, help="profile directory (gcov, or branches from `kpgo collect --branches`)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run_stats)
 
     f = sub.add_parser("fix", help="add or correct the object summary the kernel leaves out")
     f.add_argument("dir", type=Path, help="profile directory (never modified)")
     f.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
-    f.add_argument("--runs", type=int, default=1, help="runs recorded in the summary (default 1)")
+    f.add_argument("--summary-runs", type=int, default=1, metavar="N", help="runs recorded in the object summary (default 1)")
     f.add_argument("--json", action="store_true", help="print the result as JSON")
     f.set_defaults(func=run_fix)
 
@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
     m.add_argument("--weights", help="comma-separated weights, one per input (default all 1)")
     m.add_argument("--normalize", action="store_true",
                    help="scale each input to the same total arc count before weighting")
-    m.add_argument("--runs", type=int, default=None, help="runs in the output summary (default: sum of inputs)")
+    m.add_argument("--summary-runs", type=int, default=None, metavar="N", help="runs recorded in the output's object summary (default: sum of inputs)")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
     m.add_argument("--cluster", metavar="ADDRESS",
                    help="merge as a tree of Ray tasks: a Ray address (host:port), auto, or local (needs kpgo[cluster]; docs/SCALE.md)")
@@ -100,6 +100,8 @@ def _table(rows: list[tuple[str, Any]]) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     _quiet_numpy()
+    if _is_branch_profile(args.dir):
+        return _branch_stats(args)
     from kpgo.gcov.profile import profile_stats
 
     st = profile_stats(args.dir)
@@ -118,6 +120,45 @@ def run_stats(args: argparse.Namespace) -> int:
     ])
     for line in value_lines(st["values"]):
         print(line)
+    return 0
+
+
+def _is_branch_profile(path: Path) -> bool:
+    from kpgo.branches import PROFILE_KIND
+
+    try:
+        return bool(json.loads((path / "profile.json").read_text()).get("kind") == PROFILE_KIND)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _branch_stats(args: argparse.Namespace) -> int:
+    """A branch profile (kpgo.branches): its records read again (build id and completeness checked) and the manifest."""
+    from kpgo.branches import read_profile
+
+    st = read_profile(args.dir)
+    if args.json:
+        _print_json(st)
+        return 0
+    rec, samp = st["records"], st.get("sampling", {})
+    lost = rec["lost_edges"] + rec["lost_ranges"] + rec["lost_samples"]
+    _table([
+        ("kind", "branch records (QEMU plugin)"),
+        ("kernel", f"{st.get('kernel_release')} (build id {rec['build_id']})"),
+        ("workload", f"{st['workload']['name']}, {st.get('throughput', 0):.0f} {st['workload']['unit']}, window {st.get('window_seconds')} s"),
+        ("recorded branches", f"{rec['branches']} ({rec['side']} side, {rec['windows']} window(s), {rec['vcpus']} vCPU(s))"),
+        ("edges", f"{rec['edges']} distinct, {rec['edge_count']} executions"),
+        ("ranges", f"{rec['ranges']} distinct, {rec['range_count']} executions"),
+        ("sampled stacks", f"{rec['samples']} samples every {rec['period']} branches, {rec['stacks']} distinct, {rec['depth']} entries"),
+        ("lost at the bounds", f"{lost} (edges {rec['lost_edges']}, ranges {rec['lost_ranges']}, samples {rec['lost_samples']})"),
+        ("in vmlinux functions", f"{st.get('in_functions', float('nan')):.4f}"),
+        ("samples vs exact", f"spearman {samp.get('spearman')}, cosine {samp.get('cosine')}, hottest 1% overlap {samp.get('hot1pct_overlap')} "
+                             f"over {samp.get('functions')} functions"),
+        ("call graph", f"{st.get('call_graph', {}).get('edges')} caller -> callee edges"),
+        ("files", ", ".join(f"{k} {v:,} B" for k, v in st["files"].items())),
+    ])
+    for f in st.get("hot_functions", [])[:5]:
+        print(f"  hot: {f['function']} ({f['branches']} branches)")
     return 0
 
 
@@ -147,7 +188,7 @@ def run_fix(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.gcov.profile import fix_profile
 
-    res = fix_profile(args.dir, args.out, runs=args.runs, strict=True)
+    res = fix_profile(args.dir, args.out, runs=args.summary_runs, strict=True)
     if args.json:
         _print_json(res)
     else:
@@ -190,10 +231,10 @@ def run_merge(args: argparse.Namespace) -> int:
     if args.cluster:
         from kpgo.cluster import tree_merge
 
-        res = tree_merge(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True,
+        res = tree_merge(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.summary_runs, strict=True,
                          fan_in=args.fan_in or 16, address=args.cluster)
     else:
-        res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.runs, strict=True)
+        res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.summary_runs, strict=True)
     if args.json:
         _print_json(res)
     else:

@@ -103,7 +103,11 @@ def sensitivity(args: argparse.Namespace) -> int:
 
 def share(args: argparse.Namespace) -> int:
     from kpgo import bench, study
+    from kpgo.errors import UserError
 
+    if args.sim is False:  # the study is the simulated counters' shares: there is nothing to measure without them
+        raise UserError("kpgo study share counts simulated events; --no-sim leaves it nothing to measure",
+                        "drop --no-sim (the kernel's share of CPU time alone is in every bench's results.json)")
     args.sim = True
     specs = list(study.run_options(args.run_dir).workloads)
     res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), args.cluster)
@@ -118,7 +122,8 @@ def compiler(args: argparse.Namespace) -> int:
     chosen = variants.parse_names(args.variants or ",".join(variants.STUDY_DEFAULTS), args.variant_file)
     names = workloads.parse_names(args.workload) if args.workload else None
     run = study.run_options(args.run_dir).design
-    design = bench.Design(args.boots or run.boots, args.runs or run.runs, args.order or run.order, args.seed)
+    design = bench.Design(args.boots or run.boots, args.runs or run.runs, args.order or run.order, args.seed,
+                          args.precision if args.precision is not None else run.precision, args.max_boots, args.max_time)
     sim = sim_from(args) if args.sim is not None or args.sim_opt else study.run_options(args.run_dir).sim
     table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim, args.cluster)
     print(study.format_compiler(table), flush=True)

@@ -186,26 +186,40 @@ def cpu_ticks():
 
 def measured_run(wl, params, i, outdir, server, window=None):
     """All load steps once: the primary value over the parts, secondary figures, the guest's
-    kernel share of busy CPU time over the window, and `ops`, the operation count that simulated
-    counters are divided by (per-op figures, docs/SIM.md). Each step's count is exact where the
-    generator reports it or runs a fixed number (op_count); otherwise it is estimated as the step's
-    wall seconds times the harmonic mean of its parts' rates, which is high by the generator's
-    start-up and exit. `ops_method` says which: count, estimate, or mixed (steps of both kinds);
-    `ops_estimate` is the time x rate figure for every step, for comparison.
+    kernel share of busy CPU time over the steps, and `ops`, the operation count that simulated
+    counters are divided by (per-op figures, docs/SIM.md), with each step's own in `step_ops`.
+    Each step's count is exact where the generator reports it or runs a fixed number (op_count);
+    otherwise it is estimated as the step's wall seconds times the harmonic mean of its parts'
+    rates, which is high by the generator's start-up and exit. `ops_method` says which: count,
+    estimate, or mixed (steps of both kinds); `ops_estimate` is the time x rate figure for every
+    step, for comparison.
 
     `window`: the guest's kpgo-window program; the simulator's window is open exactly around
-    the load steps (one window per measured run; warm-up and setup stay outside)."""
-    parts, secondary, seconds = {}, {}, {}
+    the load steps (warm-up and setup stay outside): one window per measured run, or with the
+    workload's `windows = "step"` one per load step, in the order of `step_ops`."""
+    parts, secondary, seconds, step_ops = {}, {}, {}, {}
     ops, ops_estimate, methods = 0.0, 0.0, set()
-    if window:
+    per_step = bool(window) and wl.windows == "step"
+    ticks = {"user": 0, "kernel": 0, "idle": 0}
+    if window and not per_step:
         run([window, "open"], 60, "opening the simulator window")
     try:
-        before = cpu_ticks()
         for step in wl.load:
             for name, p in expand(step, params):
-                t = time.monotonic()
-                out = run_step(step, name, p, "load")
-                took = time.monotonic() - t
+                if per_step:
+                    run([window, "open"], 60, f"opening the simulator window of load step {name}")
+                try:
+                    # CPU time summed over the steps only: per-step windows spawn kpgo-window between them
+                    before = cpu_ticks()
+                    t = time.monotonic()
+                    out = run_step(step, name, p, "load")
+                    took = time.monotonic() - t
+                    after = cpu_ticks()
+                finally:
+                    if per_step:
+                        run([window, "close"], 60, f"closing the simulator window of load step {name}")
+                for k in ticks:
+                    ticks[k] += after[k] - before[k]
                 seconds[name] = round(took, 2)
                 with open(os.path.join(outdir, f"load-{i}-{name}.txt"), "w") as f:
                     f.write(out)
@@ -221,17 +235,17 @@ def measured_run(wl, params, i, outdir, server, window=None):
                 count = op_count(out, step, got, p)
                 if count is not None and count <= 0:
                     raise Failure(f"load step {name} reported {count:.0f} operations", out)
+                step_ops[name] = round(estimate if count is None else count, 1)
                 ops += estimate if count is None else count
                 ops_estimate += estimate
                 methods.add("estimate" if count is None else "count")
                 secondary.update({f"{name}.{k}": v for k, v in sec.items()})
                 if server is not None and server.poll() is not None:
                     raise Failure(f"the server exited with status {server.returncode} during load step {name}")
-        after = cpu_ticks()
     finally:
-        if window:
+        if window and not per_step:
             run([window, "close"], 60, "closing the simulator window")
-    user, kernel = after["user"] - before["user"], after["kernel"] - before["kernel"]
+    user, kernel = ticks["user"], ticks["kernel"]
     value = aggregate(list(parts.values()), wl.aggregate)
     return contract.Run(
         value=value,
@@ -243,7 +257,8 @@ def measured_run(wl, params, i, outdir, server, window=None):
         ops_method=methods.pop() if len(methods) == 1 else "mixed",
         ops_estimate=round(ops_estimate, 1),
         kernel_share=round(kernel / (user + kernel), 4) if user + kernel else None,
-        cpu_ticks={"user": user, "kernel": kernel, "idle": after["idle"] - before["idle"]},
+        cpu_ticks=dict(ticks),
+        step_ops=step_ops,
     )
 
 

@@ -16,6 +16,9 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 STEP_KINDS = ("setup", "prepare", "warmup", "load")  # a workload's step lists, in the order the agent runs them
+# How a simulated boot cuts its measured time into windows: one per measured run (all load steps together), or one
+# per load step (each expanded step, e.g. tcp-4), so that each step's counters are divided by that step's own count.
+WINDOWS = ("run", "step")
 
 
 def _default(f: Field[Any]) -> Any:
@@ -126,6 +129,9 @@ class Workload(_Part):
     # Where the load generator runs. Written only when "host", so every key derived from a workload with the
     # client in the guest is the one it was before host clients existed.
     client: str = "guest"
+    # Simulator windows (WINDOWS): "step" when the load steps are unlike operations whose counts must not be pooled
+    # (micro's stressors); written only then, so the keys of every other workload stay as they were.
+    windows: str = "run"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Workload:
@@ -197,6 +203,9 @@ class Run:
     ops_estimate: float
     kernel_share: float | None  # the kernel's share of busy guest CPU time
     cpu_ticks: dict[str, int]
+    # Each expanded load step's operations (its count, or its estimate where it has none), in the order the steps
+    # ran: with per-step windows (Workload.windows "step") the run's windows follow this order, one per step.
+    step_ops: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -218,12 +227,17 @@ class Result:
     server_log_tail: str | None = None
     placement: dict[str, Any] | None = None  # kpgo.client.Placement.as_json
     sim_boot: dict[str, Any] | None = None  # the simulator's window from power-on to the agent's start
-    sim: list[dict[str, Any]] | None = None  # the simulator's windows, one per run
+    sim: list[dict[str, Any]] | None = None  # the simulator's windows, one per run (per load step of each run with "step" windows)
     gcov_values: dict[str, int] | None = None  # collect on a value-profiled kernel: its top-N node pool (debugfs gcov_values)
     mitigations: dict[str, str] | None = None  # the guest kernel's Spectre/Meltdown/... state (sysfs cpu/vulnerabilities)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def window_count(self, windows: str) -> int:
+        """The simulator windows its measured runs opened under Workload.windows `windows`: one per run, or one per
+        load step of each run."""
+        return sum(len(r.step_ops) for r in self.runs) if windows == "step" else len(self.runs)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:

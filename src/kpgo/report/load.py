@@ -1,7 +1,7 @@
 """What a run directory holds, read once and checked just enough that the sections can trust it.
 
-RUN_DIR/run.json (kpgo run), RUN_DIR/bench/results.json (schema 2: every kernel x workload of one interleaved
-bench), RUN_DIR/studies/sensitivity/results.json (same schema), RUN_DIR/studies/compiler/results.json (same schema)
+RUN_DIR/run.json (kpgo run), RUN_DIR/bench/results.json (schema 3, or 2 restated: every kernel x workload of one
+interleaved bench), RUN_DIR/studies/sensitivity/results.json (same schema), RUN_DIR/studies/compiler/results.json (same schema)
 with its table compiler.json, RUN_DIR/profiles/NAME (fixed profiles) and
 RUN_DIR/builds/LABEL (kernel builds). Everything but one of the two JSON files is optional."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from kpgo.errors import UserError
 
-RESULTS_SCHEMA = 2
+RESULTS_SCHEMAS = (2, 3)
 
 
 @dataclass
@@ -65,9 +65,10 @@ def read_json(path: Path, what: str) -> dict[str, Any] | None:
 
 
 def check_results(res: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Bench results of the one shape the report understands (schema 2), with the keys every section uses."""
-    if res.get("schema") != RESULTS_SCHEMA:
-        raise UserError(f"{path} has schema {res.get('schema', 1)}; the report reads schema {RESULTS_SCHEMA}",
+    """Bench results of the shape the report understands (schema 3, or 2 with its intervals computed again: kpgo.bench.
+    restate), with the keys every section uses."""
+    if res.get("schema") not in RESULTS_SCHEMAS:
+        raise UserError(f"{path} has schema {res.get('schema', 1)}; the report reads schema {' or '.join(map(str, RESULTS_SCHEMAS))}",
                         "re-run `kpgo run` (or `kpgo bench`) with this kpgo; finished boots are reused")
     wls = res.get("workloads")
     if not isinstance(wls, dict) or not isinstance(res.get("baseline"), str):
@@ -76,7 +77,9 @@ def check_results(res: dict[str, Any], path: Path) -> dict[str, Any]:
         rows = w.get("summary") if isinstance(w, dict) else None
         if not isinstance(rows, list) or not all(isinstance(r, dict) and "kernel" in r for r in rows):
             raise UserError(f"{path}: workload {name} has no summary rows", "re-run the bench that wrote it")
-    return res
+    from kpgo import bench  # numpy and scipy: only once there are results to read
+
+    return bench.restate(res)
 
 
 def load(run_dir: Path) -> RunData:
@@ -88,16 +91,20 @@ def load(run_dir: Path) -> RunData:
     rpath = run_dir / "bench" / "results.json"
     results = read_json(rpath, "bench/results.json (`kpgo run` or `kpgo bench`)")
     if results is not None:
-        check_results(results, rpath)
+        results = check_results(results, rpath)
     spath = run_dir / "studies" / "sensitivity" / "results.json"
     sens = read_json(spath, "the sensitivity study")
     if sens is not None:
-        check_results(sens, spath)
+        sens = check_results(sens, spath)
     cpath = run_dir / "studies" / "compiler" / "results.json"
     comp = read_json(cpath, "the compiler study (`kpgo study compiler`)")
     if comp is not None:
-        check_results(comp, cpath)
+        comp = check_results(comp, cpath)
     table = read_json(run_dir / "studies" / "compiler" / "compiler.json", "the compiler study (`kpgo study compiler`)")
+    if table is not None and comp is not None:
+        from kpgo import study
+
+        table = study.restate_table(table, comp)
     if run is None and results is None:
         raise UserError(f"{run_dir} has neither run.json nor bench/results.json",
                         "give the directory of a `kpgo run` (its --dir) after it finished")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kpgo.report import present
+
 ACCELERATORS = {
     "kvm": "KVM",
     "tcg": "QEMU TCG (software emulation)",
@@ -50,7 +52,7 @@ def wall(res: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     clock = (res.get("measurement") or {}).get("clock") or "wall-clock"
     cpu = (res.get("host") or {}).get("cpu") or ((run or {}).get("host") or {}).get("cpu") or "unknown CPU"
     return (f"Measured: {clock} throughput of each workload's load generator {guests(res, run)} on {cpu}; "
-            f"{design_brief(res)}; 95% CI by percentile bootstrap over boots.")
+            f"{design_brief(res)}; {present.interval_text(res)}.")
 
 
 def sim_model(res: dict[str, Any]) -> str:
@@ -88,7 +90,7 @@ def ops_how(res: dict[str, Any]) -> str:
 def sim(res: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     return (f"Measured: simulated counters (not wall-clock) — guest instructions and misses of a simulated {sim_model(res)}, "
             f"counted by kpgo's QEMU plugin over the measured window, per operation ({ops_how(res)}; docs/SIM.md), {guests(res, run)}; "
-            f"{design_brief(res)}; 95% CI by percentile bootstrap over boots.")
+            f"{design_brief(res)}; {present.interval_text(res)}.")
 
 
 def has_sim(res: dict[str, Any] | None) -> bool:

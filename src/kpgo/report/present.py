@@ -52,11 +52,24 @@ def ratio(x: Any) -> str:
     return "–" if missing(x) else f"{float(x):.3f}"
 
 
-def ci(lo: Any, hi: Any) -> str:
-    """The 95% CI, or why there is none (a bootstrap needs two boots on each side)."""
+RANGE = "range"  # kpgo.stats.RANGE: the ci_method of a ratio with fewer than 2 boots on a side
+BOOTSTRAP_TEXT = "percentile bootstrap over boots"  # the interval of results.json before it named its method
+
+
+def ci(lo: Any, hi: Any, method: str | None = None) -> str:
+    """The 95% CI, the range where there is none (method RANGE: fewer than 2 boots on a side), or '[n<2]' for a
+    record of before ranges."""
     if missing(lo) or missing(hi):
         return "[n<2]"
+    if method == RANGE:
+        return f"range {float(lo):.3f}–{float(hi):.3f}"
     return f"[{float(lo):.3f}, {float(hi):.3f}]"
+
+
+def interval_text(results: dict[str, Any] | None) -> str:
+    """How a bench's intervals were computed, as its results.json says (kpgo.stats.METHOD_TEXT since it says so)."""
+    text = ((results or {}).get("design") or {}).get("interval")
+    return text if isinstance(text, str) and text else BOOTSTRAP_TEXT
 
 
 def no_difference(row: dict[str, Any]) -> bool:
@@ -72,13 +85,13 @@ def mark(row: dict[str, Any], pad: bool = False) -> str:
 
 def ratio_ci(row: dict[str, Any], key: str = "ratio", pad: bool = False) -> str:
     """'1.127 [1.051, 1.211]', with the mark when the CI includes 1.0 (or a space instead, with pad)."""
-    return f"{ratio(row.get(key))} {ci(row.get('ci_low'), row.get('ci_high'))}{mark(row, pad)}"
+    return f"{ratio(row.get(key))} {ci(row.get('ci_low'), row.get('ci_high'), row.get('ci_method'))}{mark(row, pad)}"
 
 
 def footnote(interval: str = "95% CI", meaning: str = NO_DIFFERENCE) -> str:
     """What the mark means: '* the 95% CI includes 1.0: no difference shown at this sample size' under tables;
     figure captions name the interval shorter and may leave the meaning out ('')."""
-    return f"{MARK} the {interval} includes 1.0" + (f": {meaning}" if meaning else "")
+    return f"{MARK} the {interval} includes 1.0 (or only a range was possible)" + (f": {meaning}" if meaning else "")
 
 
 # -- metric names --------------------------------------------------------------------------------------------------

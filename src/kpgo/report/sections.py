@@ -303,7 +303,7 @@ def headline(ctx: Context) -> Section | Skipped:
     blocks.append(f"How was it measured? {measure.accelerator(res, ctx.data.run)}; "
                   + (f"simulated counters are the headline here (wall-clock under TCG is indicative only, section {SPEEDUP.number})" if simulated_headline
                      else "wall-clock throughput") + f"; {des.get('boots_per_kernel', '?')} boot(s) per kernel and workload in "
-                  f"{des.get('order_name', 'random')} order, a warm-up discarded per boot, 95% CIs by bootstrap over boots; "
+                  f"{des.get('order_name', 'random')} order, a warm-up discarded per boot, {present.interval_text(res)}; "
                   + (measure.ops_how(res) + " as the per-operation divisor." if simulated_headline else "") + " Every boot is a dot below.")
     groups = [n for n in wls if per_boot.get((n, "vanilla")) and per_boot.get((n, "app-specific"))]
     if groups:

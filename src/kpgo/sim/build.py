@@ -14,7 +14,7 @@ from kpgo.errors import InfraError, UserError
 from kpgo.guest.contract import Build
 from kpgo.paths import cache_dir
 from kpgo.progress import say
-from kpgo.sim.config import SimConfig
+from kpgo.sim.config import BranchConfig, SimConfig
 from kpgo.sim.header import HEADER, SETUP_HINT, fetch_header
 from kpgo.workloads import install
 
@@ -28,10 +28,15 @@ def plugin_path() -> Path:
     return cache_dir() / "sim" / "libkpgosim.so"
 
 
-def qemu_opts(config: SimConfig, out: Path) -> str:
-    """The value of vng's --qemu-opts that loads the plugin (build it first: setup()). vng pastes it
-    into a shell command line, so it is shell-quoted here."""
-    return " ".join(filter(None, ["-plugin " + shlex.quote(f"{plugin_path()},{config.plugin_arg(out)}"), config.qemu_args()]))
+def qemu_opts(config: SimConfig, out: Path, branches: BranchConfig | None = None, records: Path | None = None) -> str:
+    """The value of vng's --qemu-opts that loads the plugin (build it first: setup()), with branch records to
+    `records` when `branches` is given. vng pastes it into a shell command line, so it is shell-quoted here."""
+    arg = f"{plugin_path()},{config.plugin_arg(out)}"
+    if branches is not None:
+        if records is None:
+            raise ValueError("branch records need a records path")
+        arg += "," + branches.plugin_arg(records)
+    return " ".join(filter(None, ["-plugin " + shlex.quote(arg), config.qemu_args()]))
 
 
 def build_plugin() -> Path:

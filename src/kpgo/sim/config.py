@@ -126,3 +126,47 @@ class SimConfig:
 
 def _pow2(v: int) -> bool:
     return v > 0 and not v & (v - 1)
+
+
+# One stack sampled every this many recorded taken branches (docs/SIM.md, "Branch records": chosen from the
+# measured file size, recording cost and agreement with the exact records).
+BRANCH_PERIOD = 1024
+BRANCH_SIDES = ("kernel", "user")
+
+
+@dataclass(frozen=True)
+class BranchConfig:
+    """What the plugin records as branch records (kpgo.branches reads them): the side whose taken branches count
+    (the kernel's, or the user's for user-mode QEMU tests), a 32-entry stack sampled every `period` of them, the
+    bounds of the plugin's tables per vCPU (distinct edges, and distinct ranges, each at most `entries`; distinct
+    stacks at most `stacks`; beyond them a new key is counted as lost, not stored), and the build id of the binary
+    the addresses belong to. Kept apart from SimConfig: a bench cell's key is SimConfig's fields."""
+
+    side: str = "kernel"
+    period: int = BRANCH_PERIOD
+    entries: int = 1 << 20
+    stacks: int = 1 << 16
+    build_id: str = ""
+
+    def __post_init__(self) -> None:
+        problem = None
+        if self.side not in BRANCH_SIDES:
+            problem = f"side must be kernel or user, not {self.side!r}"
+        for name, top in (("period", 1 << 40), ("entries", 1 << 28), ("stacks", 1 << 24)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+                problem = f"{name} must be an integer from 1 to {top}, not {v!r}"
+        if not re.fullmatch(r"([0-9a-f]{2}){0,64}", self.build_id):
+            problem = f"build id {self.build_id!r} is not lowercase hex of at most 64 bytes"
+        if problem:
+            raise UserError(f"branch records: {problem}", "e.g. --branch-period 4096")
+
+    def plugin_arg(self, out: Path) -> str:
+        """The plugin's branch arguments, to follow SimConfig.plugin_arg in `-plugin LIB,ARGS`."""
+        out = Path(out).resolve()
+        if "," in str(out):
+            raise UserError(f"the branch records path {out} contains a comma, which QEMU's option syntax splits on",
+                            "use an output directory without commas")
+        args = [f"branches={out}", f"branch_side={self.side}", f"branch_period={self.period}",
+                f"branch_entries={self.entries}", f"branch_stacks={self.stacks}"]
+        return ",".join(args + ([f"build_id={self.build_id}"] if self.build_id else []))

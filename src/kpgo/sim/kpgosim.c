@@ -31,6 +31,13 @@
  *   itlb_kpage=BYTES  2M (kernel code: x86-64 maps kernel text with 2 MiB pages; 4k for 4 KiB)
  *   warm=on|off       off: caches start empty at each window; on: simulated outside windows too
  *   always=on|off     off: on opens one window at start-up (no markers needed)
+ * Branch records (off unless branches= is given; the report above is the same either way):
+ *   branches=PATH     binary records file (kpgo.branches reads it), rewritten at each close and at exit
+ *   branch_side=kernel|user  kernel: the side whose branches are recorded
+ *   branch_period=N   one 32-entry branch stack sampled every N recorded taken branches (LBR-like)
+ *   branch_entries=N  bound of distinct edges and of distinct ranges per vCPU (each table)
+ *   branch_stacks=N   bound of distinct sampled stacks per vCPU
+ *   build_id=HEX      the GNU build id of the binary the addresses belong to, copied into the file
  */
 #include <glib.h>
 #include <inttypes.h>
@@ -76,10 +83,12 @@ struct seg {
     uint16_t side, op;
     uint32_t own_sets; /* each line and each page in a set of its own */
     uint32_t self_taken; /* 1 if running this segment again right after itself is a taken branch */
-    uint32_t indirect;   /* 1 if its last instruction is an indirect call or jump; also keeps the
-                            fields above free of padding bytes, so equal contents hash equal */
+    uint32_t indirect;   /* 1 if its last instruction is an indirect call or jump */
+    uint32_t kind;       /* enum bkind of its last instruction (branch records) */
+    uint32_t spare;      /* 0: keeps the fields above free of padding bytes, so equal contents hash equal */
     uint64_t vaddr;    /* of the first instruction */
     uint64_t end;      /* fall-through: the address right after the last instruction */
+    uint64_t tail;     /* address of the last instruction: a taken branch's source */
     uint64_t phantom;  /* address of a possibly unexecuted last instruction, or NO_ADDR (see tb_trans) */
     uint64_t rep_at;   /* address of a last rep-prefixed string instruction, or NO_ADDR */
     uint64_t data[];  /* n_lines line_refs, then n_pages page_refs; no padding, so bytes hash */
@@ -134,6 +143,7 @@ struct vcpu {
     struct counters c[2];  /* [USER], [KERNEL] */
     uint64_t *ic;          /* ic_sets * assoc tags, MRU first, 0 = empty */
     struct tlb_ent *tlb;   /* tlb_sets * assoc, MRU first, h == 0 = empty */
+    struct recorder *rec;  /* branch records, allocated at this vCPU's first recorded branch */
 } __attribute__((aligned(64)));  /* own cache line: no false sharing between vCPU threads */
 
 static struct vcpu *vcpus;
@@ -182,9 +192,229 @@ static __attribute__((noinline)) uint64_t tlb_lookup_rest(struct tlb_ent *set, u
     return 1;  /* miss */
 }
 
+/* ---- branch records ----
+ * Aggregated, not a trace: per vCPU, two tables count taken-branch edges (from, to) and
+ * fall-through ranges (start, end: from a branch target to the next taken branch's source), and a
+ * third counts distinct 32-entry branch stacks sampled every rec.period recorded branches, as a
+ * sampling PMU reads its LBR. Each table is an append-only entry array with an open-addressing
+ * index; its bound is fixed at start-up, so memory and the file are bounded. At the bound a new
+ * distinct key is not stored and its executions are counted as lost; known keys keep counting.
+ * A vCPU thread is the only writer of its tables; the file writer (window close, another thread)
+ * reads entries [0, n) after an acquire load of n, so it never sees a half-made entry. */
+#define LBR_DEPTH 32
+enum bkind { BK_NONE, BK_COND, BK_JUMP, BK_CALL, BK_RET, BK_SYSCALL, BK_SYSRET };
+#define REC_FORMAT 1
+static const char rec_magic[8] = "KPGOBRN\0", rec_end[8] = "KPGOEND\0";
+
+static struct {
+    char *out;
+    int side;
+    uint64_t period, entries, stacks;
+    uint8_t build_id[64];
+    size_t build_id_len;
+} rec = { NULL, KERNEL, 1024, 1 << 20, 1 << 16, { 0 }, 0 };
+
+struct rec_ent { uint64_t a, b, count, kind; };
+struct rec_stack { uint64_t n, br[2 * LBR_DEPTH], count; };  /* br: n (from, to) pairs, newest first */
+
+struct rec_table {
+    void *ent;       /* cap entries of `size` bytes, filled in order */
+    uint32_t *slot;  /* at most half full, doubled as entries come; 0 = empty, else entry index + 1 */
+    uint64_t n, cap, mask, lost;
+    size_t size;
+    uint64_t (*hash)(const void *entry);  /* of an entry's key, to re-index it */
+};
+
+struct recorder {
+    struct rec_table edges, ranges, stacks;
+    uint64_t from[LBR_DEPTH], to[LBR_DEPTH];  /* the ring of the last recorded branches */
+    unsigned pos, depth;                      /* next slot of the ring, valid entries */
+    uint64_t until;        /* recorded branches to the next sample */
+    uint64_t range_start;  /* target of the last branch into the recorded side, or NO_ADDR */
+    uint64_t branches, samples;
+};
+
+static bool recording;  /* rec.out given */
+
+static inline uint64_t mix(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+static uint64_t pair_hash(const void *entry)
+{
+    const struct rec_ent *e = entry;
+    return mix(mix(0, e->a), e->b);
+}
+
+static uint64_t stack_hash(const void *entry)
+{
+    const struct rec_stack *e = entry;
+    uint64_t h = mix(0, e->n);
+    for (uint64_t i = 0; i < 2 * e->n; i++) {
+        h = mix(h, e->br[i]);
+    }
+    return h;
+}
+
+/* The index starts small and doubles with the entries: it is what every lookup touches at
+ * random, so it stays about the size of the keys in use (the host's caches hold it), whatever
+ * the bound. Only this vCPU uses the index; the file writer reads the entries alone. */
+#define INDEX_START 4096
+
+static void table_init(struct rec_table *t, uint64_t cap, size_t size, uint64_t (*hash)(const void *))
+{
+    t->ent = g_malloc0_n(cap, size);  /* untouched pages cost no memory: filled in order */
+    t->slot = g_new0(uint32_t, INDEX_START);
+    t->cap = cap;
+    t->mask = INDEX_START - 1;
+    t->size = size;
+    t->hash = hash;
+}
+
+static void table_grow(struct rec_table *t)
+{
+    uint64_t mask = 2 * t->mask + 1;
+    uint32_t *slot = g_new0(uint32_t, mask + 1);
+    for (uint64_t k = 0; k < t->n; k++) {
+        uint64_t i = t->hash((uint8_t *)t->ent + k * t->size) & mask;
+        while (slot[i]) {
+            i = (i + 1) & mask;
+        }
+        slot[i] = k + 1;
+    }
+    g_free(t->slot);
+    t->slot = slot;
+    t->mask = mask;
+}
+
+static struct recorder *recorder_new(struct vcpu *vc)
+{
+    struct recorder *r = g_new0(struct recorder, 1);
+    table_init(&r->edges, rec.entries, sizeof(struct rec_ent), pair_hash);
+    table_init(&r->ranges, rec.entries, sizeof(struct rec_ent), pair_hash);
+    table_init(&r->stacks, rec.stacks, sizeof(struct rec_stack), stack_hash);
+    r->until = rec.period;
+    r->range_start = NO_ADDR;
+    __atomic_store_n(&vc->rec, r, __ATOMIC_RELEASE);  /* the file writer may look now */
+    return r;
+}
+
+/* The entry for `key` (its first `keylen` bytes, the entry's start), found or appended with the
+ * key copied in and the count 0; NULL at the bound (the caller counts it lost). */
+static void *table_find(struct rec_table *t, uint64_t hash, const void *key, size_t keylen)
+{
+    for (uint64_t i = hash & t->mask;; i = (i + 1) & t->mask) {
+        uint32_t k = t->slot[i];
+        if (k == 0) {
+            if (t->n == t->cap) {
+                return NULL;
+            }
+            uint8_t *e = (uint8_t *)t->ent + t->n * t->size;
+            memcpy(e, key, keylen);
+            t->slot[i] = t->n + 1;
+            __atomic_store_n(&t->n, t->n + 1, __ATOMIC_RELEASE);
+            if (2 * t->n > t->mask) {
+                table_grow(t);
+            }
+            return e;
+        }
+        uint8_t *e = (uint8_t *)t->ent + (k - 1) * t->size;
+        if (!memcmp(e, key, keylen)) {
+            return e;
+        }
+    }
+}
+
+static inline void bump(uint64_t *count)
+{
+    __atomic_store_n(count, *count + 1, __ATOMIC_RELAXED);  /* read by the file writer */
+}
+
+/* Once per recorded branch (twice: edge and range), so the known key's path compares the two
+ * words inline; a new key goes through table_find. */
+static inline void pair_add(struct rec_table *t, uint64_t a, uint64_t b, uint64_t kind)
+{
+    uint64_t h = mix(mix(0, a), b);
+    struct rec_ent *ent = t->ent;
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        uint32_t k = t->slot[i];
+        if (k == 0) {
+            break;
+        }
+        struct rec_ent *e = &ent[k - 1];
+        if (e->a == a && e->b == b) {
+            bump(&e->count);
+            return;
+        }
+    }
+    struct rec_ent key = { a, b, 0, kind };
+    struct rec_ent *e = table_find(t, h, &key, 2 * sizeof(uint64_t));
+    if (e) {
+        e->kind = kind;  /* of the instruction at `a`: part of the value, not the key */
+        bump(&e->count);
+    } else {
+        t->lost++;
+    }
+}
+
+/* One LBR-like sample: the ring, newest branch first. */
+static void sample(struct recorder *r)
+{
+    struct rec_stack key;
+    key.n = r->depth;
+    uint64_t h = mix(0, key.n);
+    for (unsigned i = 0; i < key.n; i++) {
+        unsigned j = (r->pos - 1 - i) & (LBR_DEPTH - 1);
+        key.br[2 * i] = r->from[j];
+        key.br[2 * i + 1] = r->to[j];
+        h = mix(mix(h, r->from[j]), r->to[j]);
+    }
+    r->samples++;
+    struct rec_stack *e = table_find(&r->stacks, h, &key, sizeof(uint64_t) * (1 + 2 * key.n));
+    if (e) {
+        bump(&e->count);
+    } else {
+        r->stacks.lost++;
+    }
+}
+
+/* A taken branch from the end of segment `src` to the start of `dst` on this vCPU. Recorded when
+ * either end is on the recorded side: a branch into it (a syscall, an interrupt) starts a
+ * fall-through range there, a branch out of it (sysret, iret) ends one. */
+static __attribute__((noinline)) void record(struct vcpu *vc, const struct seg *src, const struct seg *dst)
+{
+    bool out = src->side == rec.side, in = dst->side == rec.side;
+    if (!out && !in) {
+        return;
+    }
+    struct recorder *r = vc->rec ? vc->rec : recorder_new(vc);
+    uint64_t from = src->tail, to = dst->vaddr;
+    pair_add(&r->edges, from, to, src->kind);
+    if (out && r->range_start != NO_ADDR) {
+        pair_add(&r->ranges, r->range_start, from, 0);
+    }
+    r->range_start = in ? to : NO_ADDR;
+    r->from[r->pos] = from;
+    r->to[r->pos] = to;
+    r->pos = (r->pos + 1) & (LBR_DEPTH - 1);
+    r->depth += r->depth < LBR_DEPTH;
+    r->branches++;
+    if (--r->until == 0) {
+        r->until = rec.period;
+        sample(r);
+    }
+}
+
 static void reset_vcpu(struct vcpu *vc, uint32_t gen)
 {
     memset(vc->c, 0, sizeof(vc->c));
+    if (vc->rec) {
+        /* Records add up over windows; what links branches (ring, open range) starts afresh. */
+        vc->rec->depth = 0;
+        vc->rec->range_start = NO_ADDR;
+    }
     vc->last = NULL;  /* a window's first block has no predecessor: no branch into it is counted */
     if (!cfg.warm) {
         memset(vc->ic, 0, sizeof(uint64_t) * ic_sets * cfg.ic_assoc);
@@ -224,6 +454,9 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
          * and each of its lines and pages is still the most recent of its set, so every access
          * hits and the LRU order stays as it is. */
         c->taken += s->self_taken;
+        if (G_UNLIKELY(recording) && s->self_taken) {
+            record(vc, s, s);
+        }
         return;
     }
     if (G_LIKELY(prev != NULL)) {
@@ -232,6 +465,9 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
             c->indirect -= prev->indirect;
         } else if (s->vaddr != prev->end && s->vaddr != prev->rep_at) {
             vc->c[prev->side].taken++;
+            if (G_UNLIKELY(recording)) {
+                record(vc, prev, s);
+            }
         }
     }
     vc->last = s;
@@ -370,6 +606,162 @@ static void write_report(const char *open_window)
     g_string_free(s, TRUE);
 }
 
+/* ---- branch records file ----
+ * Little-endian u64 words, after the 8-byte magic: format, side (0 user, 1 kernel), period,
+ * depth, vcpus, closed windows, open window (1 if one was open when written), recorded branches,
+ * samples, lost edges, lost ranges, lost samples (executions not stored at the bounds), the
+ * entries and stacks bounds, then the numbers of edges, ranges and stacks, the build id's length
+ * and 64 bytes of build id. Then the edges (from, to, count, kind), the ranges (start, end,
+ * count), the stacks (count, n, n (from, to) pairs, newest first), each sorted, and the end
+ * magic with the file's length: a truncated file is told from a complete one. */
+enum { TABLE_EDGES, TABLE_RANGES, TABLE_STACKS };
+
+static struct rec_table *rec_table_of(struct recorder *r, int which)
+{
+    return which == TABLE_EDGES ? &r->edges : which == TABLE_RANGES ? &r->ranges : &r->stacks;
+}
+
+static int cmp_pair(const void *x, const void *y)
+{
+    const struct rec_ent *a = x, *b = y;
+    if (a->a != b->a) {
+        return a->a < b->a ? -1 : 1;
+    }
+    return a->b < b->b ? -1 : a->b > b->b;
+}
+
+static int cmp_stack(const void *x, const void *y)
+{
+    const struct rec_stack *a = x, *b = y;
+    if (a->n != b->n) {
+        return a->n < b->n ? -1 : 1;
+    }
+    for (uint64_t i = 0; i < 2 * a->n; i++) {
+        if (a->br[i] != b->br[i]) {
+            return a->br[i] < b->br[i] ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+/* One table of every vCPU, equal keys summed, sorted: the file does not depend on which vCPU ran
+ * what. Entries are copied up to each table's published n (a vCPU may still be adding). */
+static void *merge_table(int which, uint64_t *n_out, uint64_t *lost)
+{
+    size_t size = which == TABLE_STACKS ? sizeof(struct rec_stack) : sizeof(struct rec_ent);
+    uint64_t total = 0, *ns = g_new0(uint64_t, n_vcpus);
+    *lost = 0;
+    for (int i = 0; i < n_vcpus; i++) {
+        struct recorder *r = __atomic_load_n(&vcpus[i].rec, __ATOMIC_ACQUIRE);
+        if (r) {
+            struct rec_table *t = rec_table_of(r, which);
+            ns[i] = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
+            total += ns[i];
+            *lost += __atomic_load_n(&t->lost, __ATOMIC_RELAXED);
+        }
+    }
+    uint8_t *all = g_malloc0_n(total ? total : 1, size), *at = all;
+    for (int i = 0; i < n_vcpus; i++) {
+        if (ns[i]) {
+            struct rec_table *t = rec_table_of(vcpus[i].rec, which);
+            memcpy(at, t->ent, ns[i] * size);
+            at += ns[i] * size;
+        }
+    }
+    g_free(ns);
+    if (which == TABLE_STACKS) {
+        struct rec_stack *v = (struct rec_stack *)all;
+        uint64_t k = 0;
+        qsort(v, total, size, cmp_stack);
+        for (uint64_t i = 0; i < total; i++) {
+            if (!v[i].count) {
+                continue;  /* appended by a vCPU still running, not counted yet (nor its kind set) */
+            }
+            if (k && !cmp_stack(&v[k - 1], &v[i])) {
+                v[k - 1].count += v[i].count;
+            } else {
+                v[k++] = v[i];
+            }
+        }
+        *n_out = k;
+    } else {
+        struct rec_ent *v = (struct rec_ent *)all;
+        uint64_t k = 0;
+        qsort(v, total, size, cmp_pair);
+        for (uint64_t i = 0; i < total; i++) {
+            if (!v[i].count) {
+                continue;  /* appended by a vCPU still running, not counted yet (nor its kind set) */
+            }
+            if (k && !cmp_pair(&v[k - 1], &v[i])) {
+                v[k - 1].count += v[i].count;
+            } else {
+                v[k++] = v[i];
+            }
+        }
+        *n_out = k;
+    }
+    return all;
+}
+
+static void put64(GByteArray *b, uint64_t v)
+{
+    g_byte_array_append(b, (const guint8 *)&v, sizeof(v));  /* x86-64 hosts: little-endian */
+}
+
+/* The whole records file, rewritten (tmp + rename). Called with win_lock held. */
+static void write_records(bool open)
+{
+    uint64_t n[3], lost[3];
+    void *t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = merge_table(i, &n[i], &lost[i]);
+    }
+    uint64_t branches = 0, samples = 0;
+    for (int i = 0; i < n_vcpus; i++) {
+        struct recorder *r = __atomic_load_n(&vcpus[i].rec, __ATOMIC_ACQUIRE);
+        if (r) {
+            branches += __atomic_load_n(&r->branches, __ATOMIC_RELAXED);
+            samples += __atomic_load_n(&r->samples, __ATOMIC_RELAXED);
+        }
+    }
+    GByteArray *b = g_byte_array_new();
+    g_byte_array_append(b, (const guint8 *)rec_magic, sizeof(rec_magic));
+    uint64_t head[] = { REC_FORMAT, rec.side, rec.period, LBR_DEPTH, n_vcpus, closed_windows->len, open,
+                        branches, samples, lost[0], lost[1], lost[2], rec.entries, rec.stacks,
+                        n[0], n[1], n[2], rec.build_id_len };
+    for (size_t i = 0; i < G_N_ELEMENTS(head); i++) {
+        put64(b, head[i]);
+    }
+    g_byte_array_append(b, rec.build_id, sizeof(rec.build_id));
+    struct rec_ent *e = t[TABLE_EDGES];
+    for (uint64_t i = 0; i < n[TABLE_EDGES]; i++) {
+        put64(b, e[i].a), put64(b, e[i].b), put64(b, e[i].count), put64(b, e[i].kind);
+    }
+    e = t[TABLE_RANGES];
+    for (uint64_t i = 0; i < n[TABLE_RANGES]; i++) {
+        put64(b, e[i].a), put64(b, e[i].b), put64(b, e[i].count);
+    }
+    struct rec_stack *st = t[TABLE_STACKS];
+    for (uint64_t i = 0; i < n[TABLE_STACKS]; i++) {
+        put64(b, st[i].count), put64(b, st[i].n);
+        g_byte_array_append(b, (const guint8 *)st[i].br, 2 * st[i].n * sizeof(uint64_t));
+    }
+    g_byte_array_append(b, (const guint8 *)rec_end, sizeof(rec_end));
+    put64(b, b->len + sizeof(uint64_t));
+    for (int i = 0; i < 3; i++) {
+        g_free(t[i]);
+    }
+    g_autofree char *tmp = g_strdup_printf("%s.tmp", rec.out);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(b->data, 1, b->len, f) == b->len;
+    ok = (f && fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, rec.out) != 0) {
+        g_autofree char *msg = g_strdup_printf("kpgosim: cannot write %s\n", rec.out);
+        qemu_plugin_outs(msg);
+    }
+    g_byte_array_free(b, TRUE);
+}
+
 static void window_open(void)
 {
     g_mutex_lock(&win_lock);
@@ -395,6 +787,9 @@ static void window_close(void)
         __atomic_store_n(&window_gen, g + 1, __ATOMIC_RELEASE);
         g_ptr_array_add(closed_windows, window_json(g, true));
         write_report(NULL);
+        if (recording) {
+            write_records(false);
+        }
     }
     g_mutex_unlock(&win_lock);
 }
@@ -502,6 +897,60 @@ static bool indirect_branch(struct qemu_plugin_insn *insn)
     return reg == 2 || reg == 4 || ((reg == 3 || reg == 5) && mod != 3);
 }
 
+/* What kind of branch an instruction is, for the records' edges (enum bkind): the call graph is
+ * made of the calls. BK_NONE for any other instruction: a taken branch after it is an interrupt
+ * or exception (or the page-crossing phantom's bytes did not reach the opcode). */
+static uint32_t branch_kind(struct qemu_plugin_insn *insn)
+{
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    size_t n = qemu_plugin_insn_size(insn);
+    bool rep;
+    size_t i = opcode_at(b, n, &rep);
+    if (i >= n) {
+        return BK_NONE;
+    }
+    uint8_t op = b[i];
+    uint8_t next = i + 1 < n ? b[i + 1] : 0;
+    switch (op) {
+    case 0xe8: case 0x9a:
+        return BK_CALL;
+    case 0xe9: case 0xeb: case 0xea:
+        return BK_JUMP;
+    case 0xc3: case 0xc2: case 0xcb: case 0xca:
+        return BK_RET;
+    case 0xcf:  /* iret */
+        return BK_SYSRET;
+    case 0xcc: case 0xcd: case 0xce:  /* int3, int n, into */
+        return BK_SYSCALL;
+    case 0xff:
+        if (i + 1 >= n) {
+            return BK_NONE;
+        }
+        switch ((next >> 3) & 7) {
+        case 2: case 3:
+            return BK_CALL;
+        case 4: case 5:
+            return BK_JUMP;
+        }
+        return BK_NONE;
+    case 0x0f:
+        if (next >= 0x80 && next <= 0x8f) {
+            return BK_COND;
+        }
+        if (next == 0x05 || next == 0x34) {  /* syscall, sysenter */
+            return BK_SYSCALL;
+        }
+        if (next == 0x07 || next == 0x35) {  /* sysret, sysexit */
+            return BK_SYSRET;
+        }
+        return BK_NONE;
+    }
+    if ((op >= 0x70 && op <= 0x7f) || (op >= 0xe0 && op <= 0xe3)) {  /* jcc, loop, jrcxz */
+        return BK_COND;
+    }
+    return BK_NONE;
+}
+
 /* The interned segment for instructions [first, last) of the block. */
 static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t last, int op, int side,
                              uint64_t phantom)
@@ -553,6 +1002,8 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
     s->vaddr = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, first));
     struct qemu_plugin_insn *tail = qemu_plugin_tb_get_insn(tb, last - 1);
     s->end = qemu_plugin_insn_vaddr(tail) + qemu_plugin_insn_size(tail);
+    s->tail = qemu_plugin_insn_vaddr(tail);
+    s->kind = branch_kind(tail);
     s->phantom = phantom;
     s->rep_at = rep_string(tail) ? qemu_plugin_insn_vaddr(tail) : NO_ADDR;
     /* Only a block's last instruction can be one: a segment that ends at a marker never is. */
@@ -641,6 +1092,9 @@ static void at_exit(qemu_plugin_id_t id, void *p)
     g_mutex_lock(&win_lock);
     g_autofree char *open_window = (window_gen & 1) ? window_json(window_gen, false) : NULL;
     write_report(open_window);  /* always: an empty "windows" list still says the plugin ran */
+    if (recording) {
+        write_records(open_window != NULL);
+    }
     g_mutex_unlock(&win_lock);
 }
 
@@ -676,7 +1130,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         { "l1i_size", &cfg.ic_size },         { "l1i_assoc", &cfg.ic_assoc },
         { "l1i_line", &cfg.ic_line },         { "itlb_entries", &cfg.tlb_entries },
         { "itlb_assoc", &cfg.tlb_assoc },     { "itlb_page", &cfg.tlb_page },
-        { "itlb_kpage", &cfg.tlb_kpage },
+        { "itlb_kpage", &cfg.tlb_kpage },     { "branch_period", &rec.period },
+        { "branch_entries", &rec.entries },   { "branch_stacks", &rec.stacks },
     };
     for (int i = 0; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
@@ -701,6 +1156,19 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             ok = qemu_plugin_bool_parse(key, val, &cfg.warm);
         } else if (!strcmp(key, "always")) {
             ok = qemu_plugin_bool_parse(key, val, &cfg.always);
+        } else if (!strcmp(key, "branches")) {
+            rec.out = g_strdup(val);
+        } else if (!strcmp(key, "branch_side")) {
+            ok = !strcmp(val, "kernel") || !strcmp(val, "user");
+            rec.side = strcmp(val, "user") ? KERNEL : USER;
+        } else if (!strcmp(key, "build_id")) {
+            size_t len = strlen(val);
+            ok = len % 2 == 0 && len / 2 <= sizeof(rec.build_id);
+            for (size_t k = 0; ok && k < len / 2; k++) {
+                ok = g_ascii_isxdigit(val[2 * k]) && g_ascii_isxdigit(val[2 * k + 1]);
+                rec.build_id[k] = g_ascii_xdigit_value(val[2 * k]) * 16 + g_ascii_xdigit_value(val[2 * k + 1]);
+            }
+            rec.build_id_len = len / 2;
         } else {
             fprintf(stderr, "kpgosim: unknown argument '%s'\n", key);
             return -1;
@@ -719,6 +1187,12 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                         " associativity at most 64\n");
         return -1;
     }
+    /* Entry indices are u32 in the index (and each table's index has twice the entries' slots). */
+    if (rec.entries > (1 << 28) || rec.stacks > (1 << 24)) {
+        fprintf(stderr, "kpgosim: branch_entries is at most 268435456, branch_stacks at most 16777216\n");
+        return -1;
+    }
+    recording = rec.out != NULL;
     ic_sets = cfg.ic_size / (cfg.ic_line * cfg.ic_assoc);
     ic_line_shift = __builtin_ctzll(cfg.ic_line);
     tlb_sets = cfg.tlb_entries / cfg.tlb_assoc;

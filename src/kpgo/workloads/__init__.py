@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kpgo.errors import UserError
-from kpgo.guest.contract import STEP_KINDS, Workload
+from kpgo.guest.contract import STEP_KINDS, WINDOWS, Workload
 
 GUEST_VARS = ("rundir", "tools", "cpus", "listen")  # listen: the servers' bind address (0.0.0.0 with a host client)
 CLIENTS = ("guest", "host")
@@ -60,7 +60,8 @@ def _raw(name: str) -> dict[str, Any]:
 # with the type of its value.
 TOP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str, "description": str, "unit": str, "higher_is_better": bool, "aggregate": str, "params": dict, "packages": list,
-    "paper": dict, "files": list, "server": dict, "build": list, "kernel_config": list, "client": str, **dict.fromkeys(STEP_KINDS, list)}
+    "paper": dict, "files": list, "server": dict, "build": list, "kernel_config": list, "client": str, "windows": str,
+    **dict.fromkeys(STEP_KINDS, list)}
 REQUIRED = ("name", "description", "unit", "higher_is_better", "aggregate", "params", "load")
 SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "step": {"name": str, "argv": list, "each": str, "client": bool, "timeout": (int, float), "metric": str, "ops": str,
@@ -99,6 +100,8 @@ def validate(spec: dict[str, Any]) -> list[str]:
         return problems
     if spec["aggregate"] not in AGGREGATES:
         problems.append(f"aggregate must be one of {AGGREGATES}")
+    if spec.get("windows", "run") not in WINDOWS:
+        problems.append(f"windows must be one of {WINDOWS} (a simulator window per measured run or per load step), not {spec['windows']!r}")
     known = set(spec["params"]) | set(GUEST_VARS)
 
     def check_template(text: str, where: str, extra: tuple[str, ...] = ()) -> None:

@@ -1,0 +1,144 @@
+/*
+ * branch_probe MODE N: guest programs of known control flow between kpgosim's window markers, for the branch
+ * records (tests/test_branches.py). Each run opens and closes exactly one window. Recorded (user side):
+ *   loop N      a loop of one block, N iterations: its back edge N - 1 times, nothing else
+ *   calls N     chain_a -> chain_b -> chain_c, N times from the driver loop: each call edge exactly N times
+ *               (and each ret N times; the driver's back edge N - 1 times)
+ *   straight N  4 KiB of straight-line code (several TCG blocks, all fall-throughs): no taken branch at all
+ *   hot N       hot_fn called N times, cold_fn once every 1000 calls: the sampled profile names hot_fn
+ *   many N      5000 distinct jumps (each over a nop), swept N times: 5000 edges of N each, and the sweep's back
+ *               edge N - 1 times (more keys than the plugin's first index holds: it grows)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPEN() __asm__ __volatile__("nopl 0x6b706701(%%rax)" ::: "memory")
+#define CLOSE() __asm__ __volatile__("nopl 0x6b706702(%%rax)" ::: "memory")
+#define NOINLINE __attribute__((noinline, noclone))
+
+static void loop(unsigned long n)
+{
+    __asm__ __volatile__("nopl 0x6b706701(%%rax)\n\t"
+                         "mov %[n], %%rcx\n"
+                         "1:\n\t"
+                         "add $1, %%rax\n\t"
+                         "dec %%rcx\n\t"
+                         "jnz 1b\n\t"
+                         "nopl 0x6b706702(%%rax)\n\t"
+                         :
+                         : [n] "r"(n)
+                         : "rax", "rcx", "cc", "memory");
+}
+
+volatile unsigned long sink;
+
+NOINLINE void chain_c(unsigned long i)
+{
+    sink += i;
+    __asm__ __volatile__("" ::: "memory");  /* no tail call, no merging */
+}
+
+NOINLINE void chain_b(unsigned long i)
+{
+    chain_c(i);
+    __asm__ __volatile__("" ::: "memory");
+}
+
+NOINLINE void chain_a(unsigned long i)
+{
+    chain_b(i);
+    __asm__ __volatile__("" ::: "memory");
+}
+
+NOINLINE void calls(unsigned long n)
+{
+    OPEN();
+    for (unsigned long i = 0; i < n; i++) {
+        chain_a(i);
+    }
+    CLOSE();
+}
+
+static void straight(void)
+{
+    __asm__ __volatile__("nopl 0x6b706701(%%rax)\n\t"
+                         ".rept 1024\n\t"
+                         "add $1, %%rax\n\t" /* 4 bytes */
+                         ".endr\n\t"
+                         "nopl 0x6b706702(%%rax)\n\t"
+                         :
+                         :
+                         : "rax", "cc", "memory");
+}
+
+static void many(unsigned long n)
+{
+    __asm__ __volatile__("nopl 0x6b706701(%%rax)\n\t"
+                         "mov %[n], %%rcx\n"
+                         "1:\n\t"
+                         ".rept 5000\n\t"
+                         "jmp 2f\n\t"
+                         "nop\n"
+                         "2:\n\t"
+                         ".endr\n\t"
+                         "dec %%rcx\n\t"
+                         "jnz 1b\n\t"
+                         "nopl 0x6b706702(%%rax)\n\t"
+                         :
+                         : [n] "r"(n)
+                         : "rcx", "cc", "memory");
+}
+
+NOINLINE unsigned long hot_fn(unsigned long x)
+{
+    unsigned long acc = x;
+    for (int k = 0; k < 16; k++) {
+        acc = acc * 6364136223846793005UL + (acc >> 7);
+        __asm__ __volatile__("" : "+r"(acc));
+    }
+    return acc;
+}
+
+NOINLINE unsigned long cold_fn(unsigned long x)
+{
+    return x ^ (x >> 3);
+}
+
+NOINLINE void hot(unsigned long n)
+{
+    unsigned long acc = 0;
+    OPEN();
+    for (unsigned long i = 0; i < n; i++) {
+        acc += hot_fn(i);
+        if (i % 1000 == 0) {
+            acc += cold_fn(i);
+        }
+    }
+    CLOSE();
+    sink = acc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: branch_probe loop|calls|straight|hot|many N\n");
+        return 2;
+    }
+    unsigned long n = strtoul(argv[2], NULL, 0);
+    if (!strcmp(argv[1], "loop")) {
+        loop(n);
+    } else if (!strcmp(argv[1], "calls")) {
+        calls(n);
+    } else if (!strcmp(argv[1], "straight")) {
+        straight();
+    } else if (!strcmp(argv[1], "many")) {
+        many(n);
+    } else if (!strcmp(argv[1], "hot")) {
+        hot(n);
+    } else {
+        fprintf(stderr, "branch_probe: unknown mode %s\n", argv[1]);
+        return 2;
+    }
+    return 0;
+}
