@@ -19,12 +19,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="build a kernel variant (vanilla, instrumented, optimized, o3, clang, ...: `kpgo variants list`) out of tree",
         description="Build one kernel variant with Kbuild (O=). A variant names the compiler, the optimization level, extra "
         "flags and whether it takes a profile (`kpgo variants list`, docs/COMPILERS.md). A variant with a profile compiles "
-        "with it and proves, per object, that GCC used it; it fails below 95%. Cached: an unchanged build is not redone.",
+        "with it and proves, per object, that GCC used it; it fails below 95%. A variant with an order (order, pgo-order) links "
+        "the functions in the order C3 gives from a recorded call graph and checks it in the binary (docs/LAYOUT.md). "
+        "Cached: an unchanged build is not redone.",
     )
     p.add_argument("--variant", metavar="NAME", default=None,
                    help="the variant to build (default vanilla, or the one --variant-file defines when it is given once)")
     add_variant_file_option(p)
     p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for a variant that takes one (after `kpgo profile fix`)")
+    p.add_argument("--call-graph", type=Path, metavar="DIR",
+                   help="for a variant that orders functions (order, pgo-order): the branch profile of `kpgo collect BUILD_DIR --branches` "
+                   "(or its callgraph.tsv) whose call graph C3 orders; best recorded on the kernel being reordered (docs/LAYOUT.md)")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", help="build directory (default: builds/<base>-<variant>)")
     p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object, after the variant's")
     p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=None,
@@ -59,7 +64,7 @@ def chosen_variant(name: str | None, files: list[Path]):  # -> variants.Variant
 def run(args: argparse.Namespace) -> int:
     from kpgo import variants
     from kpgo.errors import UserError
-    from kpgo.kernel import kbuild, kconfig, proof, source
+    from kpgo.kernel import kbuild, kconfig, order, proof, source
 
     variant = chosen_variant(args.variant, args.variant_file)
     if args.partial_training and not variant.profile:
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.partial_training and variants.NO_PARTIAL_TRAINING in variant.flags:
         raise UserError(f"--partial-training contradicts the variant {variant.name}, which turns it off",
                         "drop --partial-training, or build --variant optimized")
-    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values)
+    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values, call_graph=args.call_graph)
     kcflags = tuple(args.kcflags.split())
     if args.partial_training is not False:  # the default wherever a profile is used
         kcflags += kbuild.partial_training_flags(variant)
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{variant.name}"
-    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values)
+    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values, args.call_graph)
     if args.dry_run:
         print("\n".join(kbuild.dry_run(req)))
         return 0
@@ -89,4 +94,6 @@ def run(args: argparse.Namespace) -> int:
         pr = m["proof"]
         print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")
         print(proof.format_values(pr.get("values")))
+    if "order" in m:
+        print("\n".join(order.summary_lines(m["order"])))
     return 0

@@ -32,13 +32,14 @@ def run_list(args: argparse.Namespace) -> int:
     from kpgo.kernel import kbuild
 
     chosen = variants.parse_names(args.names, args.variant_file, what="the argument")
-    rows = [["name", "compiler", "opt", "profile", "installed", "flags"]]
+    rows = [["name", "compiler", "opt", "profile", "installed", "order", "flags"]]
     for v in chosen:
         profile = "gcov" if v.gcov else "yes" if v.profile else "no"
         missing = v.compiler.missing_tools()
         # what kpgo adds by default to a build with a profile, in (+ ...) (--no-partial-training drops it)
         added = kbuild.partial_training_flags(v)
-        rows.append([v.name, v.compiler.name, f"-{v.opt}", profile, "yes" if not missing else "no: " + " ".join(v.compiler.packages),
+        installed = "yes" if not missing else "no: " + " ".join(v.compiler.packages)
+        rows.append([v.name, v.compiler.name, f"-{v.opt}", profile, installed, "yes" if v.order else "no",
                      (" ".join(v.flags) or "–") + (f"  (+ {' '.join(added)})" if added else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
@@ -46,6 +47,8 @@ def run_list(args: argparse.Namespace) -> int:
     print()
     for v in chosen:
         print(f"{v.name}: {v.description}" + ("" if v.shipped else f" ({v.path})"))
+    if any(v.order for v in chosen):
+        print("\norder: the functions are linked in the order C3 gives from a recorded call graph (--call-graph DIR; docs/LAYOUT.md)")
     if any(v.profile for v in chosen):
         print("\n(+ ...): added by kpgo to a build with a profile unless --no-partial-training (docs/COMPILERS.md, \"Partial training by default\")")
     lacking = [v.name for v in chosen if not v.compiler.installed()]

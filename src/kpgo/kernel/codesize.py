@@ -222,3 +222,21 @@ def complete(out: Path, sizes: dict | None) -> dict:
     if stale and "text_span" in fresh:
         sizes |= {"text_span": fresh["text_span"], "version": SIZES_VERSION}
     return sizes | {k: v for k, v in fresh.items() if k not in sizes}
+
+
+def function_sections(elf: Path) -> dict[str, frozenset[str]]:
+    """Function name -> the sections that define a function of that name, from `objdump -t` (a relocatable's
+    sections are what a linker script places: kpgo.kernel.order reads vmlinux.o's). Names shared by static functions
+    of several objects map to every section that holds one."""
+    out = proc.capture(["objdump", "-t", str(elf)], timeout=300)
+    found: dict[str, set[str]] = {}
+    for line in out.splitlines():
+        # "ADDRESS FLAGS SECTION<TAB>SIZE [.hidden] NAME"; FLAGS is 7 columns, F in its 7th for a function
+        left, tab, right = line.partition("\t")
+        head = left.split(" ", 1)
+        if not tab or len(head) != 2 or len(head[1]) < 8 or head[1][6] != "F":
+            continue
+        section, names = left.split()[-1], right.split()
+        if len(names) >= 2:
+            found.setdefault(names[-1], set()).add(section)
+    return {k: frozenset(v) for k, v in found.items()}

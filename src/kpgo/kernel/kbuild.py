@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kpgo import atomic, proc, variants
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import codesize, kconfig, proof, values
+from kpgo.kernel import codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
@@ -93,6 +93,7 @@ class BuildRequest:
     jobs: int = 3
     kcflags: tuple[str, ...] = ()  # the user's, after the variant's flags
     values: bool = False  # a gcov kernel that records value profiles too (kpgo.kernel.values)
+    call_graph: Path | None = None  # a variant with order = true: the branch profile whose call graph orders the functions
 
     @property
     def fragments(self) -> tuple[str, ...]:
@@ -133,6 +134,8 @@ def build_key(req: BuildRequest) -> str:
         parts["opt"] = v.opt
     if req.values:  # the patched source's ident covers the patch; the plugin is an input of every object
         parts["values"] = values.plugin_digest()
+    if req.call_graph is not None:  # the patched source's ident covers the patch; the order comes from these bytes
+        parts["order"] = order.input_digest(order.recording(req.call_graph))
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -148,9 +151,19 @@ def image(out: Path) -> Path:
     return out.resolve() / "arch" / "x86" / "boot" / "bzImage"
 
 
-def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True, with_values: bool = False) -> None:
+def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True, with_values: bool = False,
+                  call_graph: Path | None = None) -> None:
     """The cheap checks, done before anything slow (like extracting the source). Without need_compiler (a dry run)
     a missing compiler passes, and so does the profile check that needs its version."""
+    if variant.order and call_graph is None:
+        raise UserError(f"the {variant.name} variant orders the functions by a recorded call graph, and none was given",
+                        "pass --call-graph DIR (a branch profile from `kpgo collect BUILD_DIR --branches`)")
+    if not variant.order and call_graph is not None:
+        others = ", ".join(n for n, v in variants.load_all().items() if v.order)
+        raise UserError(f"--call-graph is only for the variants that order functions ({others}); {variant.name} does not",
+                        "drop --call-graph or add --variant order")
+    if call_graph is not None:  # the recording, its kernel and the call graph itself, read now: a bad file fails here
+        order.plan(order.recording(call_graph))
     if with_values:
         if not variant.gcov:
             raise UserError(f"--values is for the instrumented variant (it records value profiles); {variant.name} records none",
@@ -181,6 +194,8 @@ def check_inputs(req: BuildRequest) -> None:
             # The build would write into the profile (or the profile into the build: each .gcda is installed there).
             raise UserError(f"build directory {req.out} and profile {req.profile} overlap", "choose an -o outside the profile directory")
     atomic.check_writable(req.out, "build directory")
+    if req.call_graph is not None:
+        order.check_out(req.out)
     kconfig.check_applies(req.config, req.source.path)
     if req.profile is not None:
         _check_profile_origin(req)
@@ -213,8 +228,8 @@ def _compiler_record(v: Variant) -> dict:
 
 def key_of(req: BuildRequest) -> str:
     """The key req's build will have (of the patched source, for a value-profiling kernel)."""
-    check_request(req.variant, req.profile, with_values=req.values)
-    return build_key(replace(req, source=values.patched(req.source)) if req.values else req)
+    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph)
+    return build_key(_patched(req))
 
 
 def cached(req: BuildRequest) -> dict | None:
@@ -236,12 +251,21 @@ def _up_to_date(req: BuildRequest, key: str) -> dict | None:
     return _compiler_record(req.variant) | done
 
 
+def _patched(req: BuildRequest) -> BuildRequest:
+    """req with the source it builds from: the patched copy (cached, never the user's tree) for value profiles or a
+    function order."""
+    if req.values:
+        return replace(req, source=values.patched(req.source))
+    if req.variant.order:
+        return replace(req, source=order.patched(req.source))
+    return req
+
+
 def _build(req: BuildRequest) -> dict:
     name = req.variant.name
-    check_request(req.variant, req.profile, with_values=req.values)
+    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph)
     plugin = values.plugin(req.variant.compiler) if req.values else None
-    if req.values:  # the patched copy of the source (cached), never the user's tree
-        req = replace(req, source=values.patched(req.source))
+    req = _patched(req)
     check_inputs(req)
     # gcc is Kbuild's HOSTCC for a GCC variant (LLVM=-N makes it clang-N); the variant's compiler is checked above
     for tool in ("make", "flex", "bison", "bc", *(("gcc",) if req.variant.compiler.family == "gcc" else ())):
@@ -274,6 +298,10 @@ def _build(req: BuildRequest) -> dict:
     make_args, env = _make_vars(req.variant)
     if plugin is not None:
         make_args.append(f"{values.PLUGIN_VAR}={plugin}")
+    plan = order.plan(order.recording(req.call_graph)) if req.call_graph is not None else None
+    if plan is not None:
+        say(f"build {name}: function order: C3 over {plan.recording.graph}: {len(plan.order):,} functions in {plan.stats['clusters']:,} clusters")
+        make_args.append(f"{order.MAKE_VAR}={order.write(plan, out)}")
     if req.variant.profile and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(env)
@@ -317,6 +345,9 @@ def _build(req: BuildRequest) -> dict:
         build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
         build["proof"] = proof.check(out, req.profile)
         build["ok"] = build["proof"]["ok"]
+    if plan is not None:  # the order as the binary shows it (kpgo.kernel.order.check), and the hot text's span
+        build["order"] = order.check(out, plan)
+        build["ok"] = build["ok"] and build["order"]["ok"]
     _remember_count(req, compiled)
     atomic.write_json(out / "build.json", build)
     reused = build["reuse"]["reused"]
@@ -324,6 +355,8 @@ def _build(req: BuildRequest) -> dict:
     say(f"build {name}: done in {fmt_secs(t_total)} ({objects}) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None:
         proof.enforce(build["proof"], out)
+    if plan is not None:
+        order.enforce(build["order"], out)
     return build
 
 
@@ -504,12 +537,17 @@ def dry_run(req: BuildRequest) -> list[str]:
     if req.values:
         lines.append(f"# the source: a copy of {req.source.path} with {values.PATCH.name} applied (in {cache_dir() / 'src'})")
         lines.append(f"# the GCC plugin: {values.PLUGIN_SOURCE.name} built for {c.name} (in {cache_dir() / 'plugins'})")
+    if v.order:
+        lines.append(f"# the source: a copy of {req.source.path} with {order.PATCH.name} applied (in {cache_dir() / 'src'})")
+        lines.append(f"# the function order: C3 over {req.call_graph}, written to {out / order.FRAGMENT} (and {order.LIST})")
     lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, req.fragments, c.make_args())]
     if req.profile is not None:
         lines.append(f"# each .gcda of {req.profile.resolve()} copied to its object's place under {out}")
     make_args, env = _make_vars(v)
     if req.values:
         make_args.append(f"{values.PLUGIN_VAR}=<the plugin>")
+    if v.order:
+        make_args.append(f"{order.MAKE_VAR}={out / order.FRAGMENT}")
     lines.append(_shell(make_command(req, out, kcflags(req), make_args), env))
     return lines
 

@@ -13,8 +13,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kpgo import proc
 from kpgo.errors import UserError
 from kpgo.paths import cache_dir
+from kpgo.progress import say
 
 DEFAULT_TARBALL = Path("/usr/src/linux-source-6.12.tar.xz")
 
@@ -111,3 +113,78 @@ def _git_head(tree: Path) -> str:
         except OSError:
             return ref
     return ref
+
+
+# ---- patched copies: kpgo's kernel patches (value profiles, function order) go on a cached copy, never the user's tree ----
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()[:12]
+
+
+def patch_files(patch: Path) -> list[str]:
+    """The files a patch changes or adds, relative to the tree."""
+    return re.findall(r"^\+\+\+ b/(\S+)", patch.read_text(), re.M)
+
+
+def patched_copy(source: KernelSource, patch: Path, prefix: str, what: str, hint: str) -> KernelSource:
+    """A copy of `source` with `patch` applied, made once in the cache (cache/src/PREFIX-IDENT-DIGEST) and keyed by
+    the source and the patch: its ident changes with either. A tree the patch does not fit is refused in one line
+    naming the hunk (`what` names the patch in it, `hint` says what to do instead)."""
+    digest = _digest(patch.read_bytes())
+    dest = cache_dir() / "src" / f"{prefix}-{source.ident}-{digest}"
+    marker = dest / ".kpgo-patched"
+    ident = _digest(source.ident.encode(), digest.encode())
+    if not marker.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second kpgo waits for the copy instead of making its own
+            if not marker.exists():
+                _make_patched(source.path, dest, patch, what, hint)
+    return KernelSource(dest, source.version, ident)
+
+
+def _patch_argv(tree: Path, patch: Path, dry: bool) -> list[str]:
+    # --fuzz=0: a hunk whose context moved is refused, not placed somewhere near it
+    return ["patch", "-p1", "--batch", "--forward", "--fuzz=0", *(["--dry-run"] if dry else ["--silent"]), "-d", str(tree), "-i", str(patch)]
+
+
+def _make_patched(tree: Path, dest: Path, patch: Path, what: str, hint: str) -> None:
+    # First on the user's tree without writing anything: a tree the patch does not fit gets one line naming the hunk.
+    dry = proc.run(_patch_argv(tree, patch, dry=True), check=False, what="patch --dry-run")
+    if dry.returncode != 0:
+        # patch says "checking file F" before each file's hunks and "Hunk #N FAILED at L." for each that does not fit
+        where, failed = "", ""
+        for ln in (ln.strip() for ln in dry.output.splitlines()):
+            if ln.startswith(("checking file ", "patching file ")):
+                where = ln.split(" file ", 1)[1]
+            elif "FAILED" in ln or "can't find file" in ln or "Reversed" in ln or "malformed" in ln:
+                failed = ln.rstrip(".")
+                break
+        failed = failed or (dry.output.strip().splitlines() or ["patch failed"])[-1]
+        raise UserError(f"{what} does not apply to {tree}: {where + ': ' if where else ''}{failed}", hint)
+    say(f"making a patched copy of {tree} in {dest} ({patch.name}; once)")
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial"))
+    try:
+        # Hard links make the copy cheap; each file the patch changes is then copied for real, so the source stays as it was.
+        linked = proc.run(["cp", "-al", f"{tree}/.", str(tmp)], check=False, what="cp -al")
+        if linked.returncode != 0:
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+            proc.run(["cp", "-a", f"{tree}/.", str(tmp)], what="cp -a")
+        for rel in patch_files(patch):
+            f = tmp / rel
+            if f.exists():
+                data = f.read_bytes()
+                f.unlink()
+                f.write_bytes(data)
+        proc.run(_patch_argv(tmp, patch, dry=False), what="patch")
+        (tmp / ".kpgo-patched").write_text(patch.name)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

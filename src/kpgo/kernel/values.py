@@ -18,16 +18,13 @@ API
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from kpgo import proc
 from kpgo.errors import UserError
+from kpgo.kernel import source
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import say
@@ -56,66 +53,13 @@ def check(compiler: Compiler) -> None:
 
 def patched_files() -> list[str]:
     """The files the patch changes or adds, relative to the tree."""
-    return re.findall(r"^\+\+\+ b/(\S+)", PATCH.read_text(), re.M)
+    return source.patch_files(PATCH)
 
 
-def patched(source: KernelSource) -> KernelSource:
-    digest = _digest(PATCH.read_bytes())
-    dest = cache_dir() / "src" / f"values-{source.ident}-{digest}"
-    marker = dest / ".kpgo-patched"
-    ident = _digest(source.ident.encode(), digest.encode())
-    if not marker.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(dest.parent / f".{dest.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a second kpgo waits for the copy instead of making its own
-            if not marker.exists():
-                _make_patched(source.path, dest)
-    return KernelSource(dest, source.version, ident)
-
-
-def _patch_argv(tree: Path, dry: bool) -> list[str]:
-    # --fuzz=0: a hunk whose context moved is refused, not placed somewhere near it
-    return ["patch", "-p1", "--batch", "--forward", "--fuzz=0", *(["--dry-run"] if dry else ["--silent"]), "-d", str(tree), "-i", str(PATCH)]
-
-
-def _make_patched(tree: Path, dest: Path) -> None:
-    # First on the user's tree without writing anything: a tree the patch does not fit gets one line naming the hunk.
-    dry = proc.run(_patch_argv(tree, dry=True), check=False, what="patch --dry-run")
-    if dry.returncode != 0:
-        # patch says "checking file F" before each file's hunks and "Hunk #N FAILED at L." for each that does not fit
-        where, failed = "", ""
-        for ln in (ln.strip() for ln in dry.output.splitlines()):
-            if ln.startswith(("checking file ", "patching file ")):
-                where = ln.split(" file ", 1)[1]
-            elif "FAILED" in ln or "can't find file" in ln or "Reversed" in ln or "malformed" in ln:
-                failed = ln.rstrip(".")
-                break
-        failed = failed or (dry.output.strip().splitlines() or ["patch failed"])[-1]
-        raise UserError(f"kpgo's value-profiling patch does not apply to {tree}: {where + ': ' if where else ''}{failed}",
-                        "value profiles need a tree whose kernel/gcov is Linux 6.12's (the default source); build without --values on this one")
-    say(f"values: making a patched copy of {tree} in {dest} (once)")
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial"))
-    try:
-        # Hard links make the copy cheap; each file the patch changes is then copied for real, so the source stays as it was.
-        linked = proc.run(["cp", "-al", f"{tree}/.", str(tmp)], check=False, what="cp -al")
-        if linked.returncode != 0:
-            shutil.rmtree(tmp)
-            tmp.mkdir()
-            proc.run(["cp", "-a", f"{tree}/.", str(tmp)], what="cp -a")
-        for rel in patched_files():
-            f = tmp / rel
-            if f.exists():
-                data = f.read_bytes()
-                f.unlink()
-                f.write_bytes(data)
-        proc.run(_patch_argv(tmp, dry=False), what="patch")
-        (tmp / ".kpgo-patched").write_text(PATCH.name)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+def patched(src: KernelSource) -> KernelSource:
+    """The cached copy of `src` with the value-profiling patch (kpgo.kernel.source.patched_copy)."""
+    return source.patched_copy(src, PATCH, "values", "kpgo's value-profiling patch",
+                               "value profiles need a tree whose kernel/gcov is Linux 6.12's (the default source); build without --values on this one")
 
 
 def _plugin_compiler(compiler: Compiler) -> str:

@@ -1,7 +1,8 @@
 """Compiler variants as data: one TOML file per variant in this package, or a user's own (--variant-file FILE).
 A variant names the compiler (gcc-N, or clang-N built with LLVM=-N), the optimization level (O2, O3, Os), extra
 flags for every kernel object, and whether it compiles with a profile (profile = true) or is the gcov-instrumented
-kernel that collects one (gcov = true). Every file is validated on every load: a mistake stops before a build
+kernel that collects one (gcov = true), and whether its functions are linked in the order a recorded call graph
+gives (order = true; kpgo.kernel.order). Every file is validated on every load: a mistake stops before a build
 starts, in one line naming the file. See docs/COMPILERS.md."""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ OPTS = ("O2", "O3", "Os")
 DEFAULT_COMPILER = "gcc-12"
 # The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
 MIN_MAJOR = {"gcc": 5, "clang": 13}
-KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool}
+KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool,
+                         "order": bool}
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
 PARTIAL_TRAINING = "-fprofile-partial-training"
@@ -32,6 +34,9 @@ NO_PARTIAL_TRAINING = "-fno-profile-partial-training"  # a variant that keeps GC
 # (drivers/acpi/property.c: -Wstringop-overread), and the defconfig's CONFIG_WERROR fails the build; a warning
 # does not change the code (docs/COMPILERS.md, "Why -Wno-error").
 PARTIAL_TRAINING_FLAGS = (PARTIAL_TRAINING, "-Wno-error")
+# A function order places each function's own section (kpgo.kernel.order): order = true needs it among the flags, and
+# the flag needs order = true, since 6.12's linker script leaves those sections as orphans after the kernel's text.
+FUNCTION_SECTIONS = "-ffunction-sections"
 # What the profile is kpgo's business: profile = true adds the profile-use flags, gcov = true the instrumentation.
 _PROFILE_FLAGS = ("-fprofile", "-fauto-profile", "--coverage", "-fprofile-arcs", "-ftest-coverage", "-fbranch-probabilities")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -137,6 +142,7 @@ class Variant:
     gcov: bool
     path: Path  # the file it was read from
     shipped: bool  # one of kpgo's own files (else --variant-file)
+    order: bool = False  # link the functions in the order of a recorded call graph (--call-graph; kpgo.kernel.order)
 
     @property
     def kind(self) -> str:
@@ -158,7 +164,8 @@ class Variant:
     def summary(self) -> str:
         """One line: compiler, level, flags (what `variants list` and a dry run show)."""
         what = "gcov-instrumented" if self.gcov else "with a profile" if self.profile else "no profile"
-        return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}"
+        placed = ", functions in a call graph's order" if self.order else ""
+        return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}{placed}"
 
 
 def _dir() -> Path:
@@ -168,7 +175,7 @@ def _dir() -> Path:
 # The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
 STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-no-pt")
 # Listed in this order: the three builds of the PGO loop, then the study's others.
-_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS)))
+_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order")))
 
 
 def names() -> list[str]:
@@ -202,10 +209,20 @@ def validate(spec: Any) -> list[str]:
         problems.append("profile = true with clang: the kernel has no Clang PGO upstream, and kpgo's profiles are GCC's")
     if clang and gcov:
         problems.append("gcov = true with clang: kpgo reads GCC's .gcda format only")
+    order = spec.get("order", False)
+    if order and gcov:
+        problems.append("order = true with gcov = true: the instrumented kernel collects a profile, an order is for the kernels that use one")
+    if order and clang:
+        problems.append("order = true with clang: kpgo places the functions with GNU ld's linker script (ld.lld has --symbol-ordering-file; not done)")
     flags = spec.get("flags", [])
     bad = [f for f in flags if not isinstance(f, str) or not f.startswith("-") or any(c.isspace() for c in f)]
     if bad:
         return [*problems, f"flags: {bad[0]!r} is not one compiler flag (a string starting with '-', no spaces)"]
+    if order and FUNCTION_SECTIONS not in flags:
+        problems.append(f"order = true places each function's own section: flags need {FUNCTION_SECTIONS}")
+    if not order and FUNCTION_SECTIONS in flags:
+        problems.append(f"flags: {FUNCTION_SECTIONS} without order = true: Linux 6.12's linker script leaves the function sections "
+                        "as orphans after the kernel's text (docs/LAYOUT.md)")
     for f in flags:
         if re.fullmatch(r"-O.*", f):
             problems.append(f"flags: {f} sets the optimization level, which is opt's to say (opt = \"O2\" | \"O3\" | \"Os\")")
@@ -237,7 +254,7 @@ def _contradictions(flags: list[str]) -> list[str]:
 
 def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
     return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
-                   spec.get("profile", False), spec.get("gcov", False), path, shipped)
+                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False))
 
 
 def read(path: Path, shipped: bool = False) -> Variant:
