@@ -218,7 +218,7 @@ def test_patch_applies_to_a_copy_and_leaves_the_source(cache: Path) -> None:
 
     real = source.resolve(None) if not os.environ.get("KPGO_TEST_SOURCE") else source.resolve(Path(os.environ["KPGO_TEST_SOURCE"]))
     files = source.patch_files(order.PATCH)
-    assert set(files) == {"arch/x86/kernel/Makefile", "arch/x86/kernel/vmlinux.lds.S", "include/asm-generic/vmlinux.lds.h"}
+    assert set(files) == {"Makefile", "arch/x86/kernel/Makefile", "arch/x86/kernel/vmlinux.lds.S", "include/asm-generic/vmlinux.lds.h"}
     before = {rel: (real.path / rel).read_bytes() for rel in files}
     patched = order.patched(real)
     assert patched.path.parent == cache / "src" and patched.ident != real.ident and patched.version == real.version
@@ -233,12 +233,13 @@ def test_a_tree_the_patch_does_not_fit_is_refused_with_the_hunk(cache: Path, tmp
     tree = tmp_path / "tree"
     (tree / "arch/x86/kernel").mkdir(parents=True)
     (tree / "include/asm-generic").mkdir(parents=True)
+    (tree / "Makefile").write_text("VERSION = 5\nPATCHLEVEL = 4\n")
     (tree / "arch/x86/kernel/Makefile").write_text("obj-y += foo.o\n")
     (tree / "arch/x86/kernel/vmlinux.lds.S").write_text("SECTIONS { }\n")
     (tree / "include/asm-generic/vmlinux.lds.h").write_text("/* another kernel */\n")
     with pytest.raises(UserError) as e:
         order.patched(source.KernelSource(tree, "5.4.0", "foreign"))
-    assert "function-order patch does not apply" in e.value.message and "FAILED" in e.value.message and "\n" not in e.value.message
+    assert "text-sections patch does not apply" in e.value.message and "FAILED" in e.value.message and "\n" not in e.value.message
 
 
 # ---- inputs and bad input ----
@@ -319,7 +320,7 @@ def test_the_dry_run_names_the_patched_copy_and_the_fragment(tmp_path: Path, sma
     d = profile_dir(tmp_path, small_elf, HEADER + "f2\tf1\t1\t0\n")
     res = kpgo("build", "--base", "tiny", "--variant", "order", "--call-graph", d, "-o", tmp_path / "b", "--dry-run")
     assert res.returncode == 0, res.stderr
-    assert "function-order.patch" in res.stdout and f"{order.MAKE_VAR}={tmp_path / 'b' / order.FRAGMENT}" in res.stdout
+    assert "text-sections.patch" in res.stdout and f"{order.MAKE_VAR}={tmp_path / 'b' / order.FRAGMENT}" in res.stdout
     assert "KCFLAGS=-ffunction-sections" in res.stdout
 
 
@@ -362,4 +363,4 @@ def test_the_build_key_holds_the_order(tmp_path: Path, small_elf: Path, monkeypa
 def test_the_patch_names_the_files_it_changes() -> None:
     text = order.PATCH.read_text()
     assert re.search(r"^\+#define KPGO_TEXT_FUNCTIONS", text, re.M) and "INCLUDE order" in text
-    assert kpgo_text_functions().startswith(".text.[0-9a-tv-zA-Z_]*")
+    assert kpgo_text_functions().startswith(".text.[0-9a-rtv-zA-Z_]*")

@@ -105,3 +105,16 @@ def test_extending_adds_the_study_once(tmp_path: Path) -> None:
     opts = options("--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--dir", str(tmp_path))
     more = replace(opts, studies=tuple(dict.fromkeys((*opts.studies, "universal", "cross"))))
     assert more.studies == ("cross", "universal") and more.to_json()["study"] == ["cross", "universal"]
+
+
+def test_every_study_of_a_run_is_a_choice_and_round_trips(tmp_path: Path) -> None:
+    """The run's studies (pipeline.STUDIES) are what `kpgo run --study` and `kpgo study` offer, and a run asked for all
+    of them reads back as it was asked."""
+    parser = make_parser()
+    for name in pipeline.STUDIES:
+        assert parser.parse_args(["study", name, str(tmp_path)]).study_name == name
+    opts = options("--base", "tiny", "--workload", "redis,micro", *(a for s in pipeline.STUDIES for a in ("--study", s)), "--dir", str(tmp_path))
+    assert opts.studies == pipeline.STUDIES
+    assert pipeline.RunOptions.from_json(json.loads(json.dumps(opts.to_json())), tmp_path) == opts
+    with pytest.raises(SystemExit):
+        make_parser().parse_args(["run", "--study", "nosuch"])

@@ -48,7 +48,7 @@ BAD = [
     ("wrong type bool", {"profile": "yes"}, "profile should be of type bool"),
     ("missing key", {"opt": None}, "missing 'opt'"),
     ("unknown level", {"opt": "O1"}, "opt 'O1' should be one of O2, O3, Os"),
-    ("clang with a profile", {"compiler": "clang-19", "profile": True}, "no Clang PGO"),
+    ("clang with a profile", {"compiler": "clang-19", "profile": True}, "needs autofdo = true"),
     ("clang with gcov", {"compiler": "clang-19", "gcov": True}, "GCC's .gcda format"),
     ("profile and gcov", {"profile": True, "gcov": True}, "exclude each other"),
     ("level among the flags", {"flags": ["-O3"]}, "-O3 sets the optimization level"),

@@ -438,7 +438,7 @@ def in_functions_share(records: Records, fns: Functions) -> float:
 PROFILE_KIND = "kernel-branch-profile"
 RECORDS_FILE = "branches.rec"  # the plugin's records, kept: every output is made from it
 BOLT_FILE = "bolt.preagg"  # perf2bolt -pa -p FILE
-PERF_SCRIPT_FILE = "perf.script"  # llvm-profgen --perfscript FILE [--kernel]
+PERF_SCRIPT_FILE = "perf.script"  # llvm-profgen --perfscript FILE [--kernel] (kpgo.afdo.PERF_SCRIPT)
 CALL_GRAPH_FILE = "callgraph.tsv"
 TOP = 10  # hottest functions and call edges a manifest lists
 IN_FUNCTIONS_MIN = 0.5  # below: the addresses are not the ELF's (a KASLR offset, another binary)

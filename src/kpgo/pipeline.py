@@ -7,7 +7,13 @@ With several workloads, each gets its own profile and its own optimized kernel (
 one bench measures vanilla on every workload and each optimized kernel on its own workload.
 Studies add to that: `universal` merges the workloads' profiles (raw sums and normalized, each
 profile scaled to the same total) into RUN/profiles/universal-{raw,norm}, builds those kernels
-and measures them on every workload; `cross` measures every optimized kernel on every workload.
+and measures them on every workload; `cross` measures every optimized kernel on every workload;
+`variability` collects every workload's profile a second time (RUN/profiles/again/<wl>), compares
+the two collections' similarity beside the workloads' (RUN/studies/variability/similarity.json) and
+measures the kernel built from the second (optimized-<wl>.2) beside the first on its workload;
+`clang` builds the clang-train kernel, records its branches under every workload
+(RUN/branches/clang-train/<wl>), makes their normalized sample profile (RUN/profiles/clang-afdo) and
+measures clang, clang-thinlto, clang-afdo and clang-afdo-thinlto on every workload (docs/CLANG.md).
 Each step is skipped when its output exists with the same inputs (bench boots included), so
 running the same command again, or with a study added, redoes only what is missing (the bench whole when its
 kernels or workloads changed: kpgo.bench)."""
@@ -161,7 +167,11 @@ def _path(s: str | None) -> Path | None:
     return None if s is None else Path(s)
 
 
-STUDIES = ("universal", "cross")
+STUDIES = ("universal", "cross", "variability", "clang")
+AGAIN = "again"  # RUN/profiles/AGAIN/<wl>: the variability study's second collection of each workload's profile
+AGAIN_SUFFIX = ".2"  # optimized-<wl>.2: the kernel built from it
+CLANG = ("clang", "clang-thinlto", "clang-afdo", "clang-afdo-thinlto")  # the clang study's kernels, measured on every workload
+AFDO = "clang-afdo"  # RUN/profiles/AFDO: the sample profile of every workload's branches on clang-train, normalized
 UNIVERSAL = {"universal-raw": False, "universal-norm": True}  # label -> normalize
 RUN_MARKS = ("run.json", "builds", "profiles", "bench")  # what a run directory holds (older runs have no lock)
 
@@ -206,6 +216,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         pstats = timed(f"profile fix {wl.name}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl.name] = (prof, pstats)
     wanted: list[tuple[str | variants.Variant, str, Path | None]] = [("optimized", f"optimized-{n}", rd / "profiles" / n) for n in names]
+    if "variability" in opts.studies:
+        wanted += timed("variability: second collections", lambda: _again(opts, instr, names))
     if "universal" in opts.studies:
         for label, normalize in UNIVERSAL.items():
             timed(f"merge {label}", lambda: _merge(rd, names, label, normalize))  # noqa: B023 -- timed() calls the lambda at once
@@ -214,11 +226,16 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         timed("builds on the cluster: optimized", lambda: build.many(wanted))
     opt = {label: timed(f"build {label}", lambda: build(v, label, p)) for v, label, p in wanted}  # noqa: B023 -- timed() calls the lambda at once
     van = timed("build vanilla", lambda: build("vanilla", "vanilla"))
-    labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt]
+    if "clang" in opts.studies:
+        opt |= _clang_study(opts, build, timed)
+    labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt] + [c for c in CLANG if c in opt]
+    labels += [f"optimized-{n}{AGAIN_SUFFIX}" for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
     cells = [("vanilla", n) for n in names]
     cells += [(f"optimized-{a}", b) for a in names for b in names if a == b or "cross" in opts.studies]
     cells += [(u, n) for u in UNIVERSAL if u in opt for n in names]
+    cells += [(c, n) for c in CLANG if c in opt for n in names]
+    cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
                                                  cluster=cluster))
     summary = {
@@ -238,6 +255,9 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
             for n, wl in zip(names, opts.workloads)
         },
         "universal": {u: {"proof": opt[u]["proof"], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
+        **({"clang": {c: {"proof": opt[c].get("proof")} for c in CLANG}} if "clang" in opts.studies else {}),
+        **({"variability": {n: {"proof": opt[f"optimized-{n}{AGAIN_SUFFIX}"]["proof"], "profile": str(rd / "profiles" / AGAIN / n)}
+                            for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
         "host": results["host"],
         "phases_seconds": phases,
@@ -246,6 +266,58 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     atomic.write_json(rd / "run.json", summary)
     atomic.write_text(rd / "summary.md", markdown(summary, results))
     return summary
+
+
+def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[tuple[str | variants.Variant, str, Path | None]]:
+    """The variability study: each workload's profile collected again on the instrumented kernel (a boot of its own),
+    fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
+    to build from the second collections."""
+    from kpgo.analysis.characterize import compare_profiles
+
+    rd = opts.run_dir
+    again = rd / "profiles" / AGAIN
+    for wl in opts.workloads:
+        fix_cached(again, instr, wl, collect_cached(again, rd / "builds" / "instrumented", instr, wl, opts.guest))
+    out = rd / "studies" / "variability" / "similarity.json"
+    dirs = [rd / "profiles" / n for n in names] + [again / n for n in names]
+    stamps = [collect.load_profile_json(d).get("collected_at") for d in dirs]
+    have = json.loads(out.read_text()) if out.is_file() else {}
+    if have.get("collected_at") != stamps:
+        res = compare_profiles(dirs, rd / "builds" / "instrumented", names=[*names, *(n + AGAIN_SUFFIX for n in names)])
+        atomic.write_json(out, {"collected_at": stamps, **res})
+    return [("optimized", f"optimized-{n}{AGAIN_SUFFIX}", again / n) for n in names]
+
+
+def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict]:
+    """The clang study's kernels: clang-train, its branch records under every workload, their sample profile, and
+    the four kernels measured (kpgo.afdo; docs/CLANG.md)."""
+    from kpgo import afdo
+
+    rd = opts.run_dir
+    train = timed("build clang-train", lambda: build("clang-train", "clang-train"))
+    recs = [timed(f"collect {wl.name} --branches on clang-train",
+                  lambda: branches_cached(rd / "branches" / "clang-train" / wl.name, rd / "builds" / "clang-train", train, wl, opts.guest))  # noqa: B023
+            for wl in opts.workloads]
+    prof = rd / "profiles" / AFDO
+    inputs = [rd / "branches" / "clang-train" / wl.name for wl in opts.workloads]
+    have = afdo.read_profile(prof) if afdo.is_sample_profile(prof) else {}
+    if [(i.get("dir"), i.get("samples") is not None) for i in have.get("inputs", [])] != [(str(d.resolve()), True) for d in inputs] or \
+            have.get("build_id") != recs[0]["build_id"] or not have.get("normalized"):
+        shutil.rmtree(prof, ignore_errors=True)
+        timed("profile afdo", lambda: afdo.make(inputs, prof, normalize=True))
+    else:
+        say(f"profile afdo: up to date in {prof}")
+    wanted: list[tuple[str | variants.Variant, str, Path | None]] = [(c, c, prof if variants.get(c).profile else None) for c in CLANG]
+    return {label: timed(f"build {label}", lambda: build(v, label, p)) for v, label, p in wanted}  # noqa: B023
+
+
+def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:
+    """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
+    have = collect.load_profile_json(out)
+    if have.get("build_key") == built["key"] and have.get("workload", {}).get("params") == wl.params:
+        say(f"collect {wl.name} --branches: up to date in {out}")
+        return have
+    return collect.collect_branches(build_dir, wl, out, guest=guest, replace=True)
 
 
 def _ci(r: dict, key: str = "ratio") -> str:

@@ -4,6 +4,7 @@
     kpgo profile fix DIR -o OUT [--summary-runs N]
     kpgo profile arcs DIR -o OUT
     kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
+    kpgo profile afdo BRANCH_DIR... -o OUT [--weights w1,w2,...] [--normalize]
     kpgo profile check DIR --build BUILD_DIR [--json]
     kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
 
@@ -64,6 +65,17 @@ def register(subparsers: Any) -> None:
                    help="with --cluster: inputs (or partial merges) one task reads, at most (default 16)")
     m.set_defaults(func=run_merge)
 
+    d = sub.add_parser("afdo", help="a Clang sample profile (AutoFDO) from branch records of the clang-train kernel",
+                       description="Turn branch profiles recorded on one clang-train kernel (`kpgo collect BUILD --branches`) "
+                       "into a Clang sample profile with llvm-profgen --kernel, merging several with llvm-profdata (a universal "
+                       "profile), for `kpgo build --variant clang-afdo --profile OUT` (docs/CLANG.md).")
+    d.add_argument("dirs", type=Path, nargs="+", metavar="BRANCH_DIR", help="branch profile directories of one training kernel")
+    d.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
+    d.add_argument("--weights", help="comma-separated weights, one per input (default all 1)")
+    d.add_argument("--normalize", action="store_true", help="scale each input to the same total samples before weighting")
+    d.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    d.set_defaults(func=run_afdo)
+
     c = sub.add_parser("check", help="match each .gcda to the instrumented build's .gcno")
     c.add_argument("dir", type=Path, help="profile directory")
     c.add_argument("--build", type=Path, required=True, help="instrumented kernel build directory (with .gcno)")
@@ -102,6 +114,10 @@ def run_stats(args: argparse.Namespace) -> int:
     _quiet_numpy()
     if _is_branch_profile(args.dir):
         return _branch_stats(args)
+    from kpgo import afdo
+
+    if afdo.is_sample_profile(args.dir):
+        return _sample_stats(args)
     from kpgo.gcov.profile import profile_stats
 
     st = profile_stats(args.dir)
@@ -162,6 +178,28 @@ def _branch_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample_stats(args: argparse.Namespace) -> int:
+    """A Clang sample profile (kpgo.afdo): its manifest, checked, with the profile parsed again."""
+    from kpgo import afdo
+
+    st = afdo.check_for_build(args.dir)
+    if args.json:
+        _print_json(st)
+        return 0
+    inputs = ", ".join(f"{i.get('workload') or i['dir']} (weight {i['weight']:g})" for i in st["inputs"])
+    _table([
+        ("kind", "Clang sample profile (AutoFDO, from branch records)"),
+        ("training kernel", f"{st['vmlinux']} (build id {st['build_id']})"),
+        ("inputs", inputs + (", normalized" if st["normalized"] else "")),
+        ("functions", f"{st['functions']:,}"),
+        ("samples", f"{st['samples']:,}"),
+        ("tools", ", ".join(f"{k} {v}" for k, v in st["tools"].items())),
+    ])
+    for f in st["hot_functions"][:5]:
+        print(f"  hot: {f['function']} ({f['samples']:,} samples)")
+    return 0
+
+
 # What "dominant" means per kind in the text (docs/PROFILES.md, kpgo.gcov.profile).
 _DOMINANT = {"indirect_call": "with a target >= 50%, which GCC 12 promotes", "topn": "with a value >= 50%"}
 
@@ -215,17 +253,23 @@ def run_arcs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given_once(dirs: list[Path]) -> None:
+    from kpgo.errors import UserError
+
+    seen = [d.resolve() for d in dirs]
+    twice = [d for i, d in enumerate(dirs) if seen[i] in seen[:i]]
+    if twice:
+        # Most likely a slip of the shell; counting a profile twice is what --weights is for.
+        raise UserError(f"profile {twice[0]} is given twice", "give each profile once; --weights counts one more than once")
+
+
 def run_merge(args: argparse.Namespace) -> int:
     _quiet_numpy()
     from kpgo.errors import UserError
     from kpgo.gcov.merge import merge_profiles, parse_weights
 
     weights = parse_weights(args.weights, len(args.dirs))
-    seen = [d.resolve() for d in args.dirs]
-    twice = [d for i, d in enumerate(args.dirs) if seen[i] in seen[:i]]
-    if twice:
-        # Most likely a slip of the shell; counting a profile twice is what --weights is for.
-        raise UserError(f"profile {twice[0]} is given twice", "give each profile once; --weights counts one more than once")
+    _given_once(args.dirs)
     if args.fan_in is not None and not args.cluster:
         raise UserError("--fan-in is for a merge on a cluster", "add --cluster ADDRESS (local: this machine), or leave --fan-in out")
     if args.cluster:
@@ -240,6 +284,22 @@ def run_merge(args: argparse.Namespace) -> int:
     else:
         print(f"merged {len(args.dirs)} profiles ({res['files']} files) -> {args.out}: "
               f"weights={res['weights']} sum_max={res['sum_max']}")
+    return 0
+
+
+def run_afdo(args: argparse.Namespace) -> int:
+    from kpgo import afdo
+    from kpgo.gcov.merge import parse_weights
+
+    weights = parse_weights(args.weights, len(args.dirs))
+    _given_once(args.dirs)
+    res = afdo.make(args.dirs, args.out, weights=weights, normalize=args.normalize)
+    if args.json:
+        _print_json(res)
+    else:
+        hot = ", ".join(f["function"] for f in res["hot_functions"][:3])
+        print(f"sample profile of {len(args.dirs)} branch profile(s) -> {args.out}: {res['functions']:,} functions, "
+              f"{res['samples']:,} samples (hottest: {hot})")
     return 0
 
 

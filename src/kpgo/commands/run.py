@@ -26,12 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "build one optimized kernel per workload and prove GCC used its profile, build the vanilla kernel, benchmark "
         "vanilla and each optimized kernel on its workload in one interleaved design, and write summary.md and run.json. "
         "--study universal adds kernels built from the merged profile of all workloads (raw and normalized) measured on "
-        "every workload; --study cross measures every optimized kernel on every workload. Steps are cached: run it "
+        "every workload; --study cross measures every optimized kernel on every workload; --study variability collects every "
+        "profile a second time, compares the two collections and measures the kernel built from the second beside the first; "
+        "--study clang adds Clang kernels "
+        "(clang, clang-thinlto, and AutoFDO ones from the clang-train kernel's branch records under every workload) "
+        "measured on every workload (docs/CLANG.md). Steps are cached: run it "
         "again (or with a study added) to resume. With --cluster the builds run on the Ray cluster's nodes (each step's at "
         "once) and the collections and bench boots on its guest nodes.",
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
-    p.add_argument("--study", action="append", default=[], choices=("universal", "cross"), help="add a study (repeatable; needs two or more workloads)")
+    p.add_argument("--study", action="append", default=[], choices=("universal", "cross", "variability", "clang"),
+                   help="add a study (repeatable; needs two or more workloads)")
     p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=True,
                    help="kernels built with a profile keep code the profile never ran at its normal optimization (GCC's "
                    "-fprofile-partial-training; the default, docs/COMPILERS.md says why); --no-partial-training: GCC's "

@@ -17,6 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, text in (
         ("universal", "app-specific vs universal (raw and normalized merge of all the run's profiles) vs vanilla, on every workload"),
         ("cross", "every workload on the kernel optimized for each workload (cross-application matrix)"),
+        ("variability", "each workload's profile collected a second time: the two collections' similarity beside the workloads', "
+         "and the kernel built from the second measured beside the first"),
+        ("clang", "Clang kernels (clang, clang-thinlto; AutoFDO ones from the clang-train kernel's branch records under every "
+         "workload) on every workload (docs/CLANG.md)"),
     ):
         q = s.add_parser(name, help=text, description=text + ". Same as re-running the run's command with --study " + name + ".")
         q.add_argument("run_dir", type=Path, metavar="RUN_DIR")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kpgo import atomic, proc, variants
+from kpgo import afdo, atomic, proc, variants
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
@@ -64,7 +64,7 @@ def partial_training_flags(variant: Variant) -> tuple[str, ...]:
     """What partial training adds to a variant: nothing to one without a profile, nor where the variant's file
     decides itself (-fprofile-partial-training or, pgo-no-pt, -fno-profile-partial-training)."""
     decided = {PARTIAL_TRAINING, variants.NO_PARTIAL_TRAINING} & set(variant.flags)
-    return () if decided or not variant.profile else variants.PARTIAL_TRAINING_FLAGS
+    return () if decided or not variant.profile or variant.autofdo else variants.PARTIAL_TRAINING_FLAGS
 
 
 def hot_share_flags(variant: Variant, profile: Path | None, share: float | None) -> tuple[str, ...]:
@@ -72,8 +72,9 @@ def hot_share_flags(variant: Variant, profile: Path | None, share: float | None)
     and the rest of the executed code is optimized for size (kpgo.gcov.profile.hot_fraction; docs/COMPILERS.md)."""
     if share is None:
         return ()
-    if not variant.profile or profile is None:
-        raise UserError(f"--hot-share is only for a variant that takes a profile; {variant.name} takes none" if not variant.profile
+    if not variant.profile or profile is None or variant.autofdo:
+        raise UserError(f"--hot-share is only for a variant that takes a gcov profile; {variant.name} takes none" if not variant.profile
+                        else f"--hot-share is GCC's; {variant.name} is Clang's AutoFDO" if variant.autofdo
                         else "--hot-share needs the profile", "add --variant optimized --profile DIR, or drop --hot-share")
     from kpgo.gcov.profile import hot_fraction
 
@@ -108,7 +109,7 @@ def gcc_version() -> str:
 
 def _profile_digest(profile: Path) -> str:
     h = hashlib.sha256()
-    for p in sorted(profile.rglob("*.gcda")):
+    for p in sorted([*profile.rglob("*.gcda"), *profile.glob(afdo.PROFILE_FILE)]):
         h.update(str(p.relative_to(profile)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -136,6 +137,10 @@ def build_key(req: BuildRequest) -> str:
         parts["values"] = values.plugin_digest()
     if req.call_graph is not None:  # the patched source's ident covers the patch; the order comes from these bytes
         parts["order"] = order.input_digest(order.recording(req.call_graph))
+    if v.autofdo:  # its flags are kpgo's (kcflags), not the variant file's
+        parts["autofdo"] = afdo.RECIPE
+    if v.lto:
+        parts["lto"] = v.lto
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -170,14 +175,20 @@ def check_request(variant: Variant, profile: Path | None, need_compiler: bool = 
                             "add --variant instrumented, or drop --values (a profile-use build uses the value profiles it is given)")
         values.check(variant.compiler)
     if variant.profile and profile is None:
-        raise UserError(f"the {variant.name} variant needs a profile", "pass --profile DIR (a directory from `kpgo collect` or `kpgo profile fix`)")
+        made = "`kpgo profile afdo` from branch records of the clang-train kernel" if variant.autofdo else "`kpgo collect` or `kpgo profile fix`"
+        raise UserError(f"the {variant.name} variant needs a profile", f"pass --profile DIR (a directory from {made})")
     if not variant.profile and profile is not None:
         others = ", ".join(n for n, v in variants.load_all().items() if v.profile and n != "optimized")
         raise UserError(f"--profile is only for --variant optimized and the other variants that take one ({others}); {variant.name} takes none",
                         "drop --profile or add --variant optimized")
     if need_compiler:
         variants.require(variant)
-    if profile is not None and variant.compiler.installed():
+    if profile is not None and variant.autofdo:
+        afdo.check_for_build(profile)
+    elif profile is not None and afdo.is_sample_profile(profile):
+        raise UserError(f"{profile} is a Clang sample profile; {variant.name} is built with {variant.compiler.name} from gcov profiles",
+                        "use it with --variant clang-afdo or clang-afdo-thinlto")
+    elif profile is not None and variant.compiler.installed():
         _check_profile(profile, variant.compiler.version())
 
 
@@ -216,6 +227,9 @@ def build(req: BuildRequest) -> dict:
 def kcflags(req: BuildRequest) -> list[str]:
     """Every object's KCFLAGS, in order: the profile-use flags, the level's, the variant's, the user's."""
     v = req.variant
+    if v.autofdo:  # upstream's AutoFDO flags (kpgo.afdo); the profile is installed in the build directory
+        use = (f"-fprofile-sample-use={afdo.installed(req.out)}", *afdo.USE_FLAGS) if v.profile else ()
+        return [*afdo.TRAIN_FLAGS, *use, *v.opt_flags, *v.flags, *req.kcflags]
     return [*(PROFILE_USE_FLAGS if v.profile else ()), *v.opt_flags, *v.flags, *req.kcflags]
 
 
@@ -256,7 +270,7 @@ def _patched(req: BuildRequest) -> BuildRequest:
     function order."""
     if req.values:
         return replace(req, source=values.patched(req.source))
-    if req.variant.order:
+    if req.variant.order or req.variant.autofdo:  # function sections placed; KPGO_LDFLAGS (kpgo.afdo)
         return replace(req, source=order.patched(req.source))
     return req
 
@@ -293,11 +307,13 @@ def _build(req: BuildRequest) -> dict:
     config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
-    installed, zero = _install_profile(req.profile, out) if req.profile else (0, 0)
+    installed, zero = (_install_profile(req.profile, out) if not req.variant.autofdo else afdo.install(req.profile, out)) if req.profile else (0, 0)
     flags = kcflags(req)
     make_args, env = _make_vars(req.variant)
     if plugin is not None:
         make_args.append(f"{values.PLUGIN_VAR}={plugin}")
+    if req.variant.autofdo and req.variant.lto:
+        make_args.append(f"{afdo.LDFLAGS_VAR}={' '.join(afdo.lto_ldflags(out if req.variant.profile else None))}")
     plan = order.plan(order.recording(req.call_graph)) if req.call_graph is not None else None
     if plan is not None:
         say(f"build {name}: function order: C3 over {plan.recording.graph}: {len(plan.order):,} functions in {plan.stats['clusters']:,} clusters")
@@ -343,7 +359,7 @@ def _build(req: BuildRequest) -> dict:
     build["ok"] = True
     if req.profile is not None:
         build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
-        build["proof"] = proof.check(out, req.profile)
+        build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile)
         build["ok"] = build["proof"]["ok"]
     if plan is not None:  # the order as the binary shows it (kpgo.kernel.order.check), and the hot text's span
         build["order"] = order.check(out, plan)
@@ -353,7 +369,10 @@ def _build(req: BuildRequest) -> dict:
     reused = build["reuse"]["reused"]
     objects = f"{compiled - reused} objects compiled, {reused} reused from ccache" if reused else f"{compiled} objects compiled"
     say(f"build {name}: done in {fmt_secs(t_total)} ({objects}) — {out / 'arch/x86/boot/bzImage'}")
-    if req.profile is not None:
+    if req.profile is not None and req.variant.autofdo:
+        say(f"build {name}: {afdo.summary_line(build['proof'])}")
+        afdo.enforce(build["proof"], out)
+    elif req.profile is not None:
         proof.enforce(build["proof"], out)
     if plan is not None:
         order.enforce(build["order"], out)
@@ -537,13 +556,19 @@ def dry_run(req: BuildRequest) -> list[str]:
     if req.values:
         lines.append(f"# the source: a copy of {req.source.path} with {values.PATCH.name} applied (in {cache_dir() / 'src'})")
         lines.append(f"# the GCC plugin: {values.PLUGIN_SOURCE.name} built for {c.name} (in {cache_dir() / 'plugins'})")
-    if v.order:
+    if v.order or v.autofdo:
         lines.append(f"# the source: a copy of {req.source.path} with {order.PATCH.name} applied (in {cache_dir() / 'src'})")
+    if v.order:
         lines.append(f"# the function order: C3 over {req.call_graph}, written to {out / order.FRAGMENT} (and {order.LIST})")
     lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, req.fragments, c.make_args())]
-    if req.profile is not None:
+    if req.profile is not None and v.autofdo:
+        lines.append(shlex.join([afdo.PROFDATA, "merge", "--sample", "--extbinary", str(req.profile.resolve() / afdo.PROFILE_FILE), "-o",
+                                 str(afdo.installed(out))]))
+    elif req.profile is not None:
         lines.append(f"# each .gcda of {req.profile.resolve()} copied to its object's place under {out}")
     make_args, env = _make_vars(v)
+    if v.autofdo and v.lto:
+        make_args.append(f"{afdo.LDFLAGS_VAR}={' '.join(afdo.lto_ldflags(out if v.profile else None))}")
     if req.values:
         make_args.append(f"{values.PLUGIN_VAR}=<the plugin>")
     if v.order:
@@ -585,8 +610,9 @@ def text_sizes(out: Path) -> dict[str, int | None]:
     - functions_size, functions, text_span, vmlinux_text: from vmlinux (codesize.measure: the function symbols'
       sizes summed; the span of .text in use; the .text section itself, padded to 2 MiB, for reference only);
     - bzimage: the size of arch/x86/boot/bzImage;
-    - objects_text, text_hot, text_unlikely, objects: .text* / .text.hot* / .text.unlikely* summed over the
-      objects linked into vmlinux (objects_text includes the other two). The kernel's linker script folds those
+    - objects_text, text_hot, text_unlikely, objects: .text* / .text.hot* / .text.unlikely* (and Clang's .text.split*)
+      summed over the objects linked into vmlinux (objects_text includes the other two; under Clang's LTO, whose
+      objects are bitcode, over vmlinux.o). The kernel's linker script folds those
       input sections into the one output .text, so only the objects show the split.
     None (vmlinux keys) or 0 (object sums) for what the directory does not hold."""
     objects = {"objects_text": 0, "text_hot": 0, "text_unlikely": 0, "objects": 0}
@@ -596,13 +622,15 @@ def text_sizes(out: Path) -> dict[str, int | None]:
     members = proc.capture(["ar", "t", out / "vmlinux.a"]).split() if (out / "vmlinux.a").exists() else []
     objs = [out / m for m in members if m.endswith(".o") and (out / m).exists()]
     objects["objects"] = len(objs)
+    if objs and objs[0].read_bytes()[:4] == b"BC\xc0\xde":  # Clang's LTO: the objects are bitcode, the code is vmlinux.o's
+        objs = [out / "vmlinux.o"]
     for i in range(0, len(objs), 400):
         for name, size in _section_sizes(objs[i : i + 400]):
             if name == ".text" or name.startswith(".text."):
                 objects["objects_text"] += size
             if name.startswith(".text.hot"):
                 objects["text_hot"] += size
-            elif name.startswith(".text.unlikely"):
+            elif name.startswith((".text.unlikely", ".text.split")):  # Clang's split-off cold blocks are unlikely code too
                 objects["text_unlikely"] += size
     return sizes | objects
 

@@ -8,8 +8,8 @@ its own section .text.NAME) is then linked with those sections first in its main
 GNU ld 2.40 (Debian 12) has no --section-ordering-file, and Linux 6.12's x86 linker script puts only .text (and
 .text.hot, .text.unlikely, ...) into its main text: the function sections of a -ffunction-sections build are orphans
 that ld places after _etext, outside the kernel's text (20,000 orphan warnings on the tiny config, a failed link
-under CONFIG_WERROR). kpgo's patch (kernel/order/function-order.patch, applied to a cached copy of the source, never
-the user's tree) makes the main text take them, and with make's KPGO_FUNCTION_ORDER=FILE starts the main text with
+under CONFIG_WERROR). kpgo's patch (kernel/order/text-sections.patch, applied to a cached copy of the source, never
+the user's tree; Clang's AutoFDO builds use it too, kpgo.afdo) makes the main text take them, and with make's KPGO_FUNCTION_ORDER=FILE starts the main text with
 the linker-script fragment FILE: one input-section line per ordered function, written here.
 
 Static functions of the same name in several objects share a section name, and the kernel's `ld -r` into vmlinux.o
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # kpgo.branches pulls in numpy: imported where it is used
     from kpgo.branches import CallEdge
 
 HERE = Path(__file__).parent
-PATCH = HERE / "order" / "function-order.patch"
+PATCH = HERE / "order" / "text-sections.patch"
 MAKE_VAR = "KPGO_FUNCTION_ORDER"  # the make variable the patched arch/x86/kernel/Makefile passes to the linker script
 FRAGMENT = "function-order.lds"  # in the build directory: what ld includes
 LIST = "function-order.txt"  # the same order for people: name, weight, size, cluster
@@ -308,9 +308,9 @@ def write(p: Plan, out: Path) -> Path:
 
 
 def patched(src: KernelSource) -> KernelSource:
-    """The cached copy of `src` with the function-order patch (kpgo.kernel.source.patched_copy)."""
-    return source.patched_copy(src, PATCH, "order", "kpgo's function-order patch",
-                               "function order needs Linux 6.12's x86 linker script (the default source); build without it on this tree")
+    """The cached copy of `src` with the text-sections patch (kpgo.kernel.source.patched_copy)."""
+    return source.patched_copy(src, PATCH, "order", "kpgo's text-sections patch",
+                               "function order and Clang AutoFDO need Linux 6.12's linker script (the default source); build without them on this tree")
 
 
 # ---- the binary: was the order applied, and what does the hot text span ----

@@ -1,9 +1,10 @@
 """Compiler variants as data: one TOML file per variant in this package, or a user's own (--variant-file FILE).
 A variant names the compiler (gcc-N, or clang-N built with LLVM=-N), the optimization level (O2, O3, Os), extra
-flags for every kernel object, and whether it compiles with a profile (profile = true) or is the gcov-instrumented
-kernel that collects one (gcov = true), and whether its functions are linked in the order a recorded call graph
-gives (order = true; kpgo.kernel.order). Every file is validated on every load: a mistake stops before a build
-starts, in one line naming the file. See docs/COMPILERS.md."""
+flags for every kernel object, and whether it compiles with a profile (profile = true: GCC's .gcda, or with
+autofdo = true Clang's sample profile) or is the gcov-instrumented kernel that collects one (gcov = true), whether
+its functions are linked in the order a recorded call graph gives (order = true; kpgo.kernel.order), whether it is
+built as upstream's Clang AutoFDO kernels are (autofdo = true; kpgo.afdo), and with Clang's ThinLTO (lto = "thin").
+Every file is validated on every load: a mistake stops before a build starts, in one line naming the file. See docs/COMPILERS.md."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ DEFAULT_COMPILER = "gcc-12"
 # The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
 MIN_MAJOR = {"gcc": 5, "clang": 13}
 KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool,
-                         "order": bool}
+                         "order": bool, "autofdo": bool, "lto": str}
+LTO = ("thin",)  # Clang's LTO kinds a variant may name (CONFIG_LTO_CLANG_THIN; full LTO takes hours on 2 cores)
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
 PARTIAL_TRAINING = "-fprofile-partial-training"
@@ -143,6 +145,8 @@ class Variant:
     path: Path  # the file it was read from
     shipped: bool  # one of kpgo's own files (else --variant-file)
     order: bool = False  # link the functions in the order of a recorded call graph (--call-graph; kpgo.kernel.order)
+    autofdo: bool = False  # Clang, built as upstream's AutoFDO kernels are; with profile = true, from a sample profile (kpgo.afdo)
+    lto: str | None = None  # Clang's LTO: "thin" or None
 
     @property
     def kind(self) -> str:
@@ -159,13 +163,15 @@ class Variant:
     @property
     def fragments(self) -> tuple[str, ...]:
         """Config fragments (kernel/configs/NAME.config) the variant adds to every base config."""
-        return (("gcov",) if self.gcov else ()) + (("os",) if self.opt == "Os" else ())
+        return (("gcov",) if self.gcov else ()) + (("os",) if self.opt == "Os" else ()) + (("thinlto",) if self.lto == "thin" else ())
 
     def summary(self) -> str:
         """One line: compiler, level, flags (what `variants list` and a dry run show)."""
-        what = "gcov-instrumented" if self.gcov else "with a profile" if self.profile else "no profile"
+        what = ("gcov-instrumented" if self.gcov else "with a sample profile (AutoFDO)" if self.profile and self.autofdo
+                else "with a profile" if self.profile else "built for AutoFDO profiling, no profile" if self.autofdo else "no profile")
         placed = ", functions in a call graph's order" if self.order else ""
-        return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}{placed}"
+        lto = ", ThinLTO" if self.lto == "thin" else ""
+        return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}{placed}{lto}"
 
 
 def _dir() -> Path:
@@ -175,7 +181,8 @@ def _dir() -> Path:
 # The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
 STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-no-pt")
 # Listed in this order: the three builds of the PGO loop, then the study's others.
-_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order")))
+_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order", "clang-train", "clang-afdo",
+                                "clang-thinlto", "clang-afdo-thinlto")))
 
 
 def names() -> list[str]:
@@ -205,8 +212,18 @@ def validate(spec: Any) -> list[str]:
     profile, gcov = spec.get("profile", False), spec.get("gcov", False)
     if profile and gcov:
         problems.append("profile = true (compile with a profile) and gcov = true (collect one) exclude each other")
-    if clang and profile:
-        problems.append("profile = true with clang: the kernel has no Clang PGO upstream, and kpgo's profiles are GCC's")
+    autofdo, lto = spec.get("autofdo", False), spec.get("lto")
+    if clang and profile and not autofdo:
+        problems.append("profile = true with clang needs autofdo = true: Clang's kernel profile is a sample profile (AutoFDO); the kernel has "
+                        "no instrumented Clang PGO upstream")
+    if autofdo and not clang:
+        problems.append("autofdo = true is for clang-N compilers (GCC's profile is gcov's: profile = true)")
+    if autofdo and gcov:
+        problems.append("autofdo = true with gcov = true: an AutoFDO kernel is trained from branch records, not instrumented")
+    if lto is not None and lto not in LTO:
+        problems.append(f"lto '{lto}' should be one of {', '.join(LTO)}")
+    elif lto is not None and not clang:
+        problems.append("lto is Clang's (the kernel supports LTO only with Clang): use a clang-N compiler")
     if clang and gcov:
         problems.append("gcov = true with clang: kpgo reads GCC's .gcda format only")
     order = spec.get("order", False)
@@ -214,6 +231,8 @@ def validate(spec: Any) -> list[str]:
         problems.append("order = true with gcov = true: the instrumented kernel collects a profile, an order is for the kernels that use one")
     if order and clang:
         problems.append("order = true with clang: kpgo places the functions with GNU ld's linker script (ld.lld has --symbol-ordering-file; not done)")
+    if profile and clang and any(f == FUNCTION_SECTIONS for f in spec.get("flags", [])):
+        problems.append(f"flags: {FUNCTION_SECTIONS} is added by kpgo to an AutoFDO build with a profile")
     flags = spec.get("flags", [])
     bad = [f for f in flags if not isinstance(f, str) or not f.startswith("-") or any(c.isspace() for c in f)]
     if bad:
@@ -254,7 +273,8 @@ def _contradictions(flags: list[str]) -> list[str]:
 
 def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
     return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
-                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False))
+                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False), spec.get("autofdo", False),
+                   spec.get("lto"))
 
 
 def read(path: Path, shipped: bool = False) -> Variant:
