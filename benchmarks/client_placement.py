@@ -1,4 +1,5 @@
-"""Guest-client vs host-client profiles of the network workloads, side by side (issue 11's evidence).
+"""Guest-client vs host-client profiles of the network workloads, side by side (the evidence for where the load
+generator runs: docs/MEASUREMENTS.md, "Client placement").
 
     python benchmarks/client_placement.py --build BUILD/instrumented --guest PROFILES_G --host PROFILES_H \
         [--workload apache,nginx,...] [--top 20] -o OUT
@@ -9,7 +10,8 @@ prints and writes (OUT/results.json, OUT/summary.md): the similarity of the two 
 compare`'s function and branch cosine, taken-probability L1), the kernel share of the window and the
 throughput of each collection, the arc counts of the virtio-net and loopback drivers, and each profile's
 `--top` functions by execution count, marked when they are not among the other profile's top, and the
-functions whose share of all function executions moved most between the two."""
+functions whose share of all function executions moved most between the two. The outputs name the directories
+BUILD, GUEST, HOST and OUT, never by this machine's absolute paths."""
 
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ def arcs(profile: Path, rel: str) -> int:
     return int(read_gcda(path).counters(ARCS).sum()) if path.is_file() else 0
 
 
-def side(profile: Path) -> dict:
+def side(profile: Path, shown: str) -> dict:
     meta = json.loads((profile / "profile.json").read_text())
-    return {"profile": str(profile), "throughput": meta["throughput"], "kernel_share": meta.get("kernel_share"),
+    return {"profile": shown, "throughput": meta["throughput"], "kernel_share": meta.get("kernel_share"),
             "placement": meta.get("placement"), "drivers": {k: arcs(profile, rel) for k, rel in DRIVERS.items()}}
 
 
@@ -66,10 +68,12 @@ def main() -> int:
     cmp = compare_profiles(list(dirs.values()), a.build, names=list(dirs))
     every = top_functions(dirs, a.build, 10**9)  # every executed function, most executed first
     idx = {n: i for i, n in enumerate(cmp["names"])}
-    out: dict = {"build": str(a.build), "top": a.top, "workloads": {}}
+    out: dict = {"build": "BUILD", "top": a.top, "workloads": {}}
+    where_out = a.out if not a.out.is_absolute() else "OUT"
     lines = ["# Guest client vs host client: the network workloads' kernel profiles", "",
-             f"Instrumented build: `{a.build}`. Command: `python benchmarks/client_placement.py --build {a.build} "
-             f"--guest {a.guest} --host {a.host} --workload {a.workload} --top {a.top} -o {a.out}`.", "",
+             f"Command: `python benchmarks/client_placement.py --build BUILD --guest GUEST --host HOST --workload {a.workload} "
+             f"--top {a.top} -o {where_out}` (BUILD: the instrumented build; GUEST and HOST: the directories of the guest-client "
+             "and host-client profiles).", "",
              "| workload | function cosine | branch cosine | taken L1 | kernel share guest / host | throughput guest / host "
              "| virtio_net arcs guest / host | loopback arcs guest / host |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -77,7 +81,7 @@ def main() -> int:
         g, h = idx[f"{w}/guest"], idx[f"{w}/host"]
         m = cmp["matrices"]
         row = {"function_cosine": m["function_cosine"][g][h], "branch_cosine": m["branch_cosine"][g][h],
-               "taken_l1": m["taken_l1"][g][h], "guest": side(dirs[f"{w}/guest"]), "host": side(dirs[f"{w}/host"]),
+               "taken_l1": m["taken_l1"][g][h], "guest": side(dirs[f"{w}/guest"], f"GUEST/{w}.raw"), "host": side(dirs[f"{w}/host"], f"HOST/{w}.raw"),
                "top": {"guest": every[f"{w}/guest"][:a.top], "host": every[f"{w}/host"][:a.top]},
                "shifts": shifts(every[f"{w}/guest"], every[f"{w}/host"], a.top)}
         out["workloads"][w] = row

@@ -396,6 +396,35 @@ def profile_run(tmp_path: Path, profiles: Profiles, dataset: Path) -> tuple[Path
     return run_dir, names
 
 
+def test_report_prints_no_absolute_path(tmp_path: Path, profiles: Profiles) -> None:
+    """A report is read on other machines: it names the run directory, its builds and profiles relative to the run
+    directory, and a path outside it (the kernel source, a build elsewhere) by its name, never as an absolute path."""
+    run_dir, names = profile_run(tmp_path, profiles, DATA / "tiny-cross-sim")
+    res_path = run_dir / "bench" / "results.json"
+    res = json.loads(res_path.read_text())
+    outside = {k["build_dir"] for label, k in res["kernels"].items() if label != "vanilla"}
+    res["kernels"]["vanilla"]["build_dir"] = str(run_dir / "builds" / "vanilla")  # one build inside the run directory
+    res_path.write_text(json.dumps(res))
+    source = json.loads((run_dir / "run.json").read_text())["kernel"]["source"]
+    assert source.startswith("/") and outside and all(p.startswith("/") for p in outside)
+    res = kpgo("report", run_dir, "-o", tmp_path / "out", "--compare", run_dir, timeout=300)
+    assert res.returncode == 0, res.stderr
+    texts = {n: (tmp_path / "out" / n).read_text() for n in ("report.md", "report.html", "report.json")}
+    absolute = {str(run_dir), str(run_dir.resolve()), str(tmp_path), str(profiles.build.root), source, *outside}
+    for name, text in texts.items():
+        assert not [p for p in absolute if p in text], name
+    doc = json.loads(texts["report.json"])
+    assert doc["run_dir"] == "run"
+    kernels = doc["sections"]["header"]["data"]["kernels"]
+    assert kernels["vanilla"]["build_dir"] == "builds/vanilla"
+    assert {kernels[k]["build_dir"] for k in kernels if k != "vanilla"} == {Path(p).name for p in outside}
+    assert doc["sections"]["header"]["data"]["kernel"]["source"] == Path(source).name
+    assert sorted(doc["sections"]["similarity"]["data"]["profiles"]) == sorted(f"profiles/{n}" for n in names)
+    assert "| 6.12.117 | builds/vanilla |" in texts["report.md"]
+    assert "Run directory: `run`" in texts["report.md"]
+    assert doc["sections"]["compare"]["data"]["other_run_dir"] == "run"
+
+
 def nm_sizes(exe: Path) -> dict[str, int]:
     out = subprocess.run(["nm", "-S", "--defined-only", str(exe)], check=True, capture_output=True, text=True).stdout
     return {p[3]: int(p[1], 16) for p in (ln.split() for ln in out.splitlines()) if len(p) == 4 and p[2] in "tT"}

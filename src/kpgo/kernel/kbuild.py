@@ -48,7 +48,8 @@ PROFILE_USE_FLAGS = (
 )
 # GCC's option that keeps functions the profile never saw at their normal optimization instead of optimizing them
 # for size: kpgo adds it to every build with a profile unless told not to (`--no-partial-training`; docs/COMPILERS.md
-# "Partial training by default" says why, from docs/MEASUREMENTS.md "Partial training").
+# "Partial training by default" says why, from docs/MEASUREMENTS.md "First measurement: partial training
+# against GCC's default").
 PARTIAL_TRAINING = variants.PARTIAL_TRAINING
 
 

@@ -36,7 +36,7 @@ def generate(run_dir: Path, out_dir: Path, compare: Path | None = None) -> Repor
             built.append(s)
         else:
             skipped.append(s)
-    return Report(title=_title(data), run_dir=str(data.run_dir.resolve()), sections=built, skipped=skipped)
+    return Report(title=_title(data), run_dir=data.shown(data.run_dir.resolve()) or str(data.run_dir), sections=built, skipped=skipped)
 
 
 def _title(data: Any) -> str:

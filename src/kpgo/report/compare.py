@@ -15,8 +15,9 @@ from kpgo.report.sections import COMPARE, FOOTNOTE, Context, kernel_order, rows_
 
 def section(ctx: Context, other: RunData) -> Section | Skipped:
     a, b = ctx.data.results, other.results
+    other_dir = ctx.data.shown(other.run_dir.resolve())
     if a is None or b is None:
-        return Skipped(COMPARE, f"no bench/results.json in {ctx.data.run_dir if a is None else other.run_dir}")
+        return Skipped(COMPARE, f"no bench/results.json in {ctx.data.shown(ctx.data.run_dir.resolve()) if a is None else other_dir}")
     rows = []
     data: list[dict[str, Any]] = []
     for name, w in a["workloads"].items():
@@ -32,15 +33,15 @@ def section(ctx: Context, other: RunData) -> Section | Skipped:
             rows.append([name, k, present.ratio_ci(sa), present.ratio_ci(sb), present.ratio(change)])
             data.append({"workload": name, "kernel": k, "this": sa, "other": sb, "change": change})
     if not rows:
-        return Skipped(COMPARE, f"{other.run_dir} measured none of this run's kernel/workload pairs")
-    how = f"This run: {measure.wall(a, ctx.data.run)[len('Measured: '):]} Other run ({other.run_dir}): {measure.wall(b, other.run)[len('Measured: '):]}"
+        return Skipped(COMPARE, f"{other_dir} measured none of this run's kernel/workload pairs")
+    how = f"This run: {measure.wall(a, ctx.data.run)[len('Measured: '):]} Other run ({other_dir}): {measure.wall(b, other.run)[len('Measured: '):]}"
     same = measure.accelerator(a, ctx.data.run) == measure.accelerator(b, other.run)
     blocks: list[Any] = [
-        f"Speedups of this run next to those of {other.run_dir}, each against its own baseline ({a['baseline']} / "
+        f"Speedups of this run next to those of {other_dir}, each against its own baseline ({a['baseline']} / "
         f"{b['baseline']}); change = this run's speedup over the other's."
         + ("" if same else " The runs used different accelerators: compare with care."),
         Table(f"Speedup [95% CI] in both runs. Measured: {how}", ["workload", "kernel", "this run", "other run", "change"],
               rows, [False, False, True, True, True]),
         FOOTNOTE,
     ]
-    return Section(COMPARE, f"Measured: {how}", blocks, {"other_run_dir": str(other.run_dir), "pairs": data})
+    return Section(COMPARE, f"Measured: {how}", blocks, {"other_run_dir": other_dir, "pairs": data})

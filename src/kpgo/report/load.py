@@ -8,6 +8,7 @@ RUN_DIR/builds/LABEL (kernel builds). Everything but one of the two JSON files i
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,23 @@ class RunData:
             if k.get("build_dir") and Path(k["build_dir"]).is_dir():
                 return Path(k["build_dir"])
         return self.run_dir / "builds" / label
+
+    def shown(self, path: str | Path | None) -> str | None:
+        """A path as the report prints it: relative to the run directory when it lies inside it (the run directory
+        itself is its name), else its last component. A report is read on other machines, where the absolute paths
+        of the one it was made on name nothing; a relative path is kept as recorded."""
+        if path is None or str(path) == "":
+            return None if path is None else ""
+        p = Path(path)
+        if not p.is_absolute():
+            return str(p)
+        p = Path(os.path.normpath(p))
+        for root in dict.fromkeys((Path(os.path.abspath(self.run_dir)), self.run_dir.resolve())):
+            if p == root:
+                return root.name
+            if p.is_relative_to(root):
+                return str(p.relative_to(root))
+        return p.name or str(p)
 
     def workload_names(self) -> list[str]:
         names = list((self.results or {}).get("workloads") or {})

@@ -105,6 +105,8 @@ def header(ctx: Context) -> Section | Skipped:
     d = ctx.data
     res, run = d.results, d.run
     kern = dict((run or {}).get("kernel") or {})
+    if kern.get("source"):
+        kern["source"] = d.shown(kern["source"])
     releases = sorted({k.get("kernel_release") for k in ((res or {}).get("kernels") or {}).values() if k.get("kernel_release")})
     kern.setdefault("version", ", ".join(releases) or None)
     host = dict((res or {}).get("host") or (run or {}).get("host") or {})
@@ -135,7 +137,8 @@ def header(ctx: Context) -> Section | Skipped:
             per_host_blocks, per_host = _per_host(res)
             blocks += per_host_blocks
             data["per_host"] = per_host
-        kernels = res.get("kernels") or {}
+        kernels = {k: (dict(v) | {"build_dir": d.shown(v["build_dir"])} if isinstance(v, dict) and v.get("build_dir") else v)
+                   for k, v in (res.get("kernels") or {}).items()}
         blocks.append(Table("Kernels compared", ["label", "variant", "flags beyond -O2 and the profile's", "release", "build directory"],
                             [[k, str((kernels.get(k) or {}).get("variant", "–")), _flags((kernels.get(k) or {}).get("flags")),
                               str((kernels.get(k) or {}).get("kernel_release", "–")), str((kernels.get(k) or {}).get("build_dir", "–"))]
@@ -671,7 +674,8 @@ def similarity(ctx: Context) -> Section | Skipped:
     sizes = sim.get("sizes") or {}
     blocks.append(f"Compared over {sizes.get('functions', '?')} functions, {sizes.get('branch_arcs', '?')} branch arcs and "
                   f"{sizes.get('two_way_branches', '?')} two-way branches in {sizes.get('files', '?')} objects.")
-    return Section(SIMILARITY, how, blocks, sim)
+    rel = ctx.data.shown
+    return Section(SIMILARITY, how, blocks, sim | {"build": rel(sim.get("build")), "profiles": [rel(p) for p in sim.get("profiles") or []]})
 
 
 # -- 8. kernel share -----------------------------------------------------------------------------------------------
