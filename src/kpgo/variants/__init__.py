@@ -2,7 +2,8 @@
 A variant names the compiler (gcc-N, or clang-N built with LLVM=-N), the optimization level (O2, O3, Os), extra
 flags for every kernel object, and whether it compiles with a profile (profile = true) or is the gcov-instrumented
 kernel that collects one (gcov = true), and whether its functions are linked in the order a recorded call graph
-gives (order = true; kpgo.kernel.order). Every file is validated on every load: a mistake stops before a build
+gives (order = true; kpgo.kernel.order), and whether BOLT rewrites its vmlinux from recorded branches (bolt = true;
+kpgo.kernel.bolt). Every file is validated on every load: a mistake stops before a build
 starts, in one line naming the file. See docs/COMPILERS.md."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ DEFAULT_COMPILER = "gcc-12"
 # The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
 MIN_MAJOR = {"gcc": 5, "clang": 13}
 KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool,
-                         "order": bool}
+                         "order": bool, "bolt": bool}
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
 PARTIAL_TRAINING = "-fprofile-partial-training"
@@ -143,6 +144,7 @@ class Variant:
     path: Path  # the file it was read from
     shipped: bool  # one of kpgo's own files (else --variant-file)
     order: bool = False  # link the functions in the order of a recorded call graph (--call-graph; kpgo.kernel.order)
+    bolt: bool = False  # BOLT rewrites vmlinux from recorded branch records (--branches; kpgo.kernel.bolt)
 
     @property
     def kind(self) -> str:
@@ -164,7 +166,7 @@ class Variant:
     def summary(self) -> str:
         """One line: compiler, level, flags (what `variants list` and a dry run show)."""
         what = "gcov-instrumented" if self.gcov else "with a profile" if self.profile else "no profile"
-        placed = ", functions in a call graph's order" if self.order else ""
+        placed = ", functions in a call graph's order" if self.order else ", BOLTed from branch records" if self.bolt else ""
         return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}{placed}"
 
 
@@ -175,7 +177,7 @@ def _dir() -> Path:
 # The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
 STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-no-pt")
 # Listed in this order: the three builds of the PGO loop, then the study's others.
-_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order")))
+_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order", "bolt", "pgo-bolt")))
 
 
 def names() -> list[str]:
@@ -214,6 +216,13 @@ def validate(spec: Any) -> list[str]:
         problems.append("order = true with gcov = true: the instrumented kernel collects a profile, an order is for the kernels that use one")
     if order and clang:
         problems.append("order = true with clang: kpgo places the functions with GNU ld's linker script (ld.lld has --symbol-ordering-file; not done)")
+    bolt = spec.get("bolt", False)
+    if bolt and gcov:
+        problems.append("bolt = true with gcov = true: the instrumented kernel collects a profile, BOLT is for the kernels that use one")
+    if bolt and order:
+        problems.append("bolt = true with order = true: kpgo's BOLT and function-order patches change the same build scripts (not combined)")
+    if bolt and clang:
+        problems.append("bolt = true with clang: kpgo runs BOLT on GNU ld's vmlinux only (not tried with ld.lld)")
     flags = spec.get("flags", [])
     bad = [f for f in flags if not isinstance(f, str) or not f.startswith("-") or any(c.isspace() for c in f)]
     if bad:
@@ -254,7 +263,8 @@ def _contradictions(flags: list[str]) -> list[str]:
 
 def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
     return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
-                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False))
+                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False),
+                   spec.get("bolt", False))
 
 
 def read(path: Path, shipped: bool = False) -> Variant:
