@@ -262,6 +262,8 @@ _STALE = re.compile(r"(\d+) \(([\d.]+)% of all profiled\) functions have invalid
 _STALE_SAMPLES = re.compile(r"(\d+) out of (\d+) samples in the binary \(([\d.]+)%\) belong to functions with invalid")
 _SPLIT = re.compile(r"splitting separates (\d+) hot bytes from (\d+) cold bytes")
 _OVERWRITTEN = re.compile(r"BOLT: (\d+) out of (\d+) functions were overwritten")
+_NOT_OPTIMIZED = re.compile(r"(\d+) functions? with profile could not be optimized")
+_REORDERED = re.compile(r"basic block reordering modified layout of (\d+) functions")
 _DYNO = re.compile(r"^\s*(\d+) : ([a-z][a-z -]+?)(?: \(|$)", re.M)
 _DYNO_KEYS = ("executed instructions", "taken branches", "executed forward branches", "taken forward branches",
               "executed backward branches", "taken backward branches", "total branches")
@@ -270,7 +272,7 @@ _DYNO_KEYS = ("executed instructions", "taken branches", "executed forward branc
 def report(text: str) -> dict[str, Any]:
     """BOLT's own figures from its output: functions with a profile, the stale share (functions and samples),
     the bytes split hot/cold, the functions rewritten, and its dynamic stats after optimization."""
-    p, st, ss, sp, ow = (r.search(text) for r in (_PROFILED, _STALE, _STALE_SAMPLES, _SPLIT, _OVERWRITTEN))
+    p, st, ss, sp, ow, no, ro = (r.search(text) for r in (_PROFILED, _STALE, _STALE_SAMPLES, _SPLIT, _OVERWRITTEN, _NOT_OPTIMIZED, _REORDERED))
     out: dict[str, Any] = {
         "functions": int(p.group(2)) if p else None,
         "functions_profiled": int(p.group(1)) if p else 0,
@@ -281,6 +283,8 @@ def report(text: str) -> dict[str, Any]:
         "samples_stale_share": round(float(ss.group(3)) / 100, 6) if ss else 0.0,
         "hot_bytes": int(sp.group(1)) if sp else 0,
         "cold_bytes_moved": int(sp.group(2)) if sp else 0,
+        "functions_not_optimized": int(no.group(1)) if no else 0,  # with a profile, but not simple enough for BOLT to rewrite
+        "functions_reordered": int(ro.group(1)) if ro else 0,  # whose block layout ext-tsp changed
         "functions_rewritten": int(ow.group(1)) if ow else 0,
         "linux_kernel": "Linux kernel binary detected" in text,
         "relocation_mode": "disabling relocation mode" not in text and "relocation mode" in text,
