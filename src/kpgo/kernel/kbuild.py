@@ -325,7 +325,7 @@ def _build(req: BuildRequest) -> dict:
         # perf2bolt reads the records against their own kernel (names and offsets); the step runs BOLT after the link
         fdata_info = bolt.to_fdata(rec, out)
         reserve = bolt.reserve_bytes(rec)
-        say(f"build {name}: BOLT profile: {fdata_info['functions_written']} functions from {rec.dir} (perf2bolt: "
+        say(f"build {name}: BOLT profile: {fdata_info['entries_written']:,} entries from {rec.dir} (perf2bolt: "
             f"{fdata_info['mismatching_share'] or 0:.1%} of the traces mismatch the recorded kernel's code); {reserve >> 20} MiB kept for moved code")
         make_args += [f"{bolt.MAKE_VAR}={bolt.write_step(out, out / bolt.FDATA)}", f"{bolt.RESERVE_VAR}={reserve}"]
     if req.variant.profile and "KPGO_REUSE" not in env:
