@@ -137,8 +137,8 @@ def build_key(req: BuildRequest) -> str:
         parts["values"] = values.plugin_digest()
     if req.call_graph is not None:  # the patched source's ident covers the patch; the order comes from these bytes
         parts["order"] = order.input_digest(order.recording(req.call_graph))
-    if req.branches is not None:  # the patched source's ident covers the patch; BOLT's work comes from these bytes
-        parts["bolt"] = bolt.input_digest(bolt.recording(req.branches))
+    if v.bolt:  # the patched source's ident covers the patch; BOLT's work comes from the records' bytes
+        parts["bolt"] = bolt.input_digest(bolt.recording(req.branches)) if req.branches is not None else "no records"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
