@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Build one kernel variant with Kbuild (O=). A variant names the compiler, the optimization level, extra "
         "flags and whether it takes a profile (`kpgo variants list`, docs/COMPILERS.md). A variant with a profile compiles "
         "with it and proves, per object, that GCC used it; it fails below 95%. A variant with an order (order, pgo-order) links "
-        "the functions in the order C3 gives from a recorded call graph and checks it in the binary (docs/LAYOUT.md). "
+        "the functions in the order C3 gives from a recorded call graph and checks it in the binary; one with BOLT (bolt, pgo-bolt) "
+        "rewrites vmlinux with BOLT from recorded branches and fails when BOLT could use too little of them (docs/LAYOUT.md). "
         "Cached: an unchanged build is not redone.",
     )
     p.add_argument("--variant", metavar="NAME", default=None,
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--call-graph", type=Path, metavar="DIR",
                    help="for a variant that orders functions (order, pgo-order): the branch profile of `kpgo collect BUILD_DIR --branches` "
                    "(or its callgraph.tsv) whose call graph C3 orders; best recorded on the kernel being reordered (docs/LAYOUT.md)")
+    p.add_argument("--branches", type=Path, metavar="DIR",
+                   help="for a variant that runs BOLT (bolt, pgo-bolt): the branch profile of `kpgo collect BUILD_DIR --branches`, "
+                   "recorded on a kernel of the same variant without BOLT (docs/LAYOUT.md, \"BOLT\")")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", help="build directory (default: builds/<base>-<variant>)")
     p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object, after the variant's")
     p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=None,
@@ -64,7 +68,7 @@ def chosen_variant(name: str | None, files: list[Path]):  # -> variants.Variant
 def run(args: argparse.Namespace) -> int:
     from kpgo import variants
     from kpgo.errors import UserError
-    from kpgo.kernel import kbuild, kconfig, order, proof, source
+    from kpgo.kernel import bolt, kbuild, kconfig, order, proof, source
 
     variant = chosen_variant(args.variant, args.variant_file)
     if args.partial_training and not variant.profile:
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.partial_training and variants.NO_PARTIAL_TRAINING in variant.flags:
         raise UserError(f"--partial-training contradicts the variant {variant.name}, which turns it off",
                         "drop --partial-training, or build --variant optimized")
-    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values, call_graph=args.call_graph)
+    kbuild.check_request(variant, args.profile, need_compiler=not args.dry_run, with_values=args.values, call_graph=args.call_graph,
+                         branches=args.branches)
     kcflags = tuple(args.kcflags.split())
     if args.partial_training is not False:  # the default wherever a profile is used
         kcflags += kbuild.partial_training_flags(variant)
@@ -81,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     spec = kconfig.resolve(args.base, args.config, args.fragment)
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{variant.name}"
-    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values, args.call_graph)
+    req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values, args.call_graph,
+                              args.branches)
     if args.dry_run:
         print("\n".join(kbuild.dry_run(req)))
         return 0
@@ -96,4 +102,6 @@ def run(args: argparse.Namespace) -> int:
         print(proof.format_values(pr.get("values")))
     if "order" in m:
         print("\n".join(order.summary_lines(m["order"])))
+    if "bolt" in m:
+        print("\n".join(bolt.summary_lines(m["bolt"])))
     return 0

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import tarfile
@@ -306,6 +307,25 @@ def read_key_values(path):
         return None
 
 
+def kernel_build_id():
+    """The running kernel's GNU build id, from its notes (/sys/kernel/notes), in hex: which vmlinux really booted
+    (a BOLTed kernel has a build id of its own). None where the kernel exposes no notes."""
+    try:
+        with open("/sys/kernel/notes", "rb") as f:
+            notes = f.read()
+    except OSError:
+        return None
+    at = 0
+    while at + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<3I", notes, at)
+        name_at = at + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if kind == 3 and notes[name_at:name_at + namesz].rstrip(b"\0") == b"GNU":  # NT_GNU_BUILD_ID
+            return notes[desc_at:desc_at + descsz].hex()
+        at = desc_at + (descsz + 3) // 4 * 4
+    return None
+
+
 def mitigations():
     """What the guest kernel chose against each CPU vulnerability (retpolines and the like change what an indirect
     call costs, so they are recorded beside every figure)."""
@@ -473,6 +493,7 @@ def main(job_path):
     try:
         wl = job.workload
         result.mitigations = mitigations()
+        result.build_id = kernel_build_id()
         rundir = mount_tmpfs()
         result.env = private_home(rundir)
         host_client = job.client is not None and job.client.where == "host"

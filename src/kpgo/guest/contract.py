@@ -230,6 +230,7 @@ class Result:
     sim: list[dict[str, Any]] | None = None  # the simulator's windows, one per run (per load step of each run with "step" windows)
     gcov_values: dict[str, int] | None = None  # collect on a value-profiled kernel: its top-N node pool (debugfs gcov_values)
     mitigations: dict[str, str] | None = None  # the guest kernel's Spectre/Meltdown/... state (sysfs cpu/vulnerabilities)
+    build_id: str | None = None  # the running kernel's GNU build id (/sys/kernel/notes): which vmlinux booted
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

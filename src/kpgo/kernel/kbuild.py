@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kpgo import afdo, atomic, proc, variants
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import codesize, kconfig, order, proof, values
+from kpgo.kernel import bolt, codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
@@ -96,6 +96,7 @@ class BuildRequest:
     kcflags: tuple[str, ...] = ()  # the user's, after the variant's flags
     values: bool = False  # a gcov kernel that records value profiles too (kpgo.kernel.values)
     call_graph: Path | None = None  # a variant with order = true: the branch profile whose call graph orders the functions
+    branches: Path | None = None  # a variant with bolt = true: the branch profile BOLT optimizes vmlinux with
 
     @property
     def fragments(self) -> tuple[str, ...]:
@@ -142,6 +143,8 @@ def build_key(req: BuildRequest) -> str:
         parts["autofdo"] = afdo.RECIPE
     if v.lto:
         parts["lto"] = v.lto
+    if v.bolt:  # the patched source's ident covers the patch; BOLT's work comes from the records' bytes
+        parts["bolt"] = bolt.input_digest(bolt.recording(req.branches)) if req.branches is not None else "no records"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -158,7 +161,7 @@ def image(out: Path) -> Path:
 
 
 def check_request(variant: Variant, profile: Path | None, need_compiler: bool = True, with_values: bool = False,
-                  call_graph: Path | None = None) -> None:
+                  call_graph: Path | None = None, branches: Path | None = None) -> None:
     """The cheap checks, done before anything slow (like extracting the source). Without need_compiler (a dry run)
     a missing compiler passes, and so does the profile check that needs its version."""
     if variant.order and call_graph is None:
@@ -170,6 +173,17 @@ def check_request(variant: Variant, profile: Path | None, need_compiler: bool = 
                         "drop --call-graph or add --variant order")
     if call_graph is not None:  # the recording, its kernel and the call graph itself, read now: a bad file fails here
         order.plan(order.recording(call_graph))
+    if variant.bolt and branches is None:
+        raise UserError(f"the {variant.name} variant runs BOLT on the kernel from recorded branches, and none were given",
+                        "pass --branches DIR (a branch profile from `kpgo collect BUILD_DIR --branches`)")
+    if not variant.bolt and branches is not None:
+        others = ", ".join(n for n, v in variants.load_all().items() if v.bolt)
+        raise UserError(f"--branches is only for the variants that run BOLT ({others}); {variant.name} does not",
+                        "drop --branches or add --variant bolt")
+    if branches is not None:  # the records against their kernel's build id, and BOLT itself: a bad input fails here
+        bolt.recording(branches)
+        if need_compiler:
+            bolt.require_tools()
     if with_values:
         if not variant.gcov:
             raise UserError(f"--values is for the instrumented variant (it records value profiles); {variant.name} records none",
@@ -208,6 +222,8 @@ def check_inputs(req: BuildRequest) -> None:
     atomic.check_writable(req.out, "build directory")
     if req.call_graph is not None:
         order.check_out(req.out)
+    if req.branches is not None:
+        bolt.check_out(req.out)
     kconfig.check_applies(req.config, req.source.path)
     if req.profile is not None:
         _check_profile_origin(req)
@@ -243,7 +259,7 @@ def _compiler_record(v: Variant) -> dict:
 
 def key_of(req: BuildRequest) -> str:
     """The key req's build will have (of the patched source, for a value-profiling kernel)."""
-    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph)
+    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph, branches=req.branches)
     return build_key(_patched(req))
 
 
@@ -273,12 +289,14 @@ def _patched(req: BuildRequest) -> BuildRequest:
         return replace(req, source=values.patched(req.source))
     if req.variant.order or req.variant.autofdo:  # function sections placed; KPGO_LDFLAGS (kpgo.afdo)
         return replace(req, source=order.patched(req.source))
+    if req.variant.bolt:
+        return replace(req, source=bolt.patched(req.source))
     return req
 
 
 def _build(req: BuildRequest) -> dict:
     name = req.variant.name
-    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph)
+    check_request(req.variant, req.profile, with_values=req.values, call_graph=req.call_graph, branches=req.branches)
     plugin = values.plugin(req.variant.compiler) if req.values else None
     req = _patched(req)
     check_inputs(req)
@@ -319,6 +337,14 @@ def _build(req: BuildRequest) -> dict:
     if plan is not None:
         say(f"build {name}: function order: C3 over {plan.recording.graph}: {len(plan.order):,} functions in {plan.stats['clusters']:,} clusters")
         make_args.append(f"{order.MAKE_VAR}={order.write(plan, out)}")
+    rec = bolt.recording(req.branches) if req.branches is not None else None
+    if rec is not None:
+        # perf2bolt reads the records against their own kernel (names and offsets); the step runs BOLT after the link
+        fdata_info = bolt.to_fdata(rec, out)
+        reserve = bolt.reserve_bytes(rec)
+        say(f"build {name}: BOLT profile: {fdata_info['entries_written']:,} entries from {rec.dir} (perf2bolt: "
+            f"{fdata_info['mismatching_share'] or 0:.1%} of the traces mismatch the recorded kernel's code); {reserve >> 20} MiB kept for moved code")
+        make_args += [f"{bolt.MAKE_VAR}={bolt.write_step(out, out / bolt.FDATA)}", f"{bolt.RESERVE_VAR}={reserve}"]
     if req.variant.profile and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(env)
@@ -362,6 +388,9 @@ def _build(req: BuildRequest) -> dict:
         build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
         build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile)
         build["ok"] = build["proof"]["ok"]
+    if rec is not None:  # BOLT's report, the build ids before and after it (kpgo.kernel.bolt.check)
+        build["bolt"] = bolt.check(out, rec, fdata_info, reserve)
+        build["ok"] = build["ok"] and build["bolt"]["ok"]
     if plan is not None:  # the order as the binary shows it (kpgo.kernel.order.check), and the hot text's span
         build["order"] = order.check(out, plan)
         build["ok"] = build["ok"] and build["order"]["ok"]
@@ -377,6 +406,8 @@ def _build(req: BuildRequest) -> dict:
         proof.enforce(build["proof"], out)
     if plan is not None:
         order.enforce(build["order"], out)
+    if rec is not None:
+        bolt.enforce(build["bolt"], out)
     return build
 
 
@@ -562,6 +593,10 @@ def dry_run(req: BuildRequest) -> list[str]:
     if v.order:
         lines.append(f"# the function order: C3 over {req.call_graph}, written to {out / order.FRAGMENT} (and {order.LIST})")
     lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, req.fragments, c.make_args())]
+    if v.bolt:
+        lines.append(f"# the source: a copy of {req.source.path} with {bolt.PATCH.name} applied (in {cache_dir() / 'src'})")
+        lines.append(f"# BOLT's profile: perf2bolt -pa over {req.branches}, written to {out / bolt.FDATA}; after the link "
+                     f"{out / bolt.STEP} runs {bolt.LLVM_BOLT} {' '.join(bolt.OPTIONS)} on vmlinux")
     if req.profile is not None and v.autofdo:
         lines.append(shlex.join([afdo.PROFDATA, "merge", "--sample", "--extbinary", str(req.profile.resolve() / afdo.PROFILE_FILE), "-o",
                                  str(afdo.installed(out))]))
@@ -574,6 +609,8 @@ def dry_run(req: BuildRequest) -> list[str]:
         make_args.append(f"{values.PLUGIN_VAR}=<the plugin>")
     if v.order:
         make_args.append(f"{order.MAKE_VAR}={out / order.FRAGMENT}")
+    if v.bolt:
+        make_args += [f"{bolt.MAKE_VAR}={out / bolt.STEP}", f"{bolt.RESERVE_VAR}=<bytes>"]
     lines.append(_shell(make_command(req, out, kcflags(req), make_args), env))
     return lines
 

@@ -177,9 +177,10 @@ def _make_patched(tree: Path, dest: Path, patch: Path, what: str, hint: str) -> 
         for rel in patch_files(patch):
             f = tmp / rel
             if f.exists():
-                data = f.read_bytes()
+                data, mode = f.read_bytes(), f.stat().st_mode
                 f.unlink()
                 f.write_bytes(data)
+                f.chmod(mode)  # a script the patch changes stays executable (scripts/link-vmlinux.sh)
         proc.run(_patch_argv(tmp, patch, dry=False), what="patch")
         (tmp / ".kpgo-patched").write_text(patch.name)
         if dest.exists():

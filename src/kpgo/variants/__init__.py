@@ -2,9 +2,10 @@
 A variant names the compiler (gcc-N, or clang-N built with LLVM=-N), the optimization level (O2, O3, Os), extra
 flags for every kernel object, and whether it compiles with a profile (profile = true: GCC's .gcda, or with
 autofdo = true Clang's sample profile) or is the gcov-instrumented kernel that collects one (gcov = true), whether
-its functions are linked in the order a recorded call graph gives (order = true; kpgo.kernel.order), whether it is
-built as upstream's Clang AutoFDO kernels are (autofdo = true; kpgo.afdo), and with Clang's ThinLTO (lto = "thin").
-Every file is validated on every load: a mistake stops before a build starts, in one line naming the file. See docs/COMPILERS.md."""
+its functions are linked in the order a recorded call graph gives (order = true; kpgo.kernel.order), whether BOLT
+rewrites its vmlinux from recorded branches (bolt = true; kpgo.kernel.bolt), whether it is built as upstream's Clang
+AutoFDO kernels are (autofdo = true; kpgo.afdo), and with Clang's ThinLTO (lto = "thin"). Every file is validated on
+every load: a mistake stops before a build starts, in one line naming the file. See docs/COMPILERS.md."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ DEFAULT_COMPILER = "gcc-12"
 # The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
 MIN_MAJOR = {"gcc": 5, "clang": 13}
 KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool,
-                         "order": bool, "autofdo": bool, "lto": str}
+                         "order": bool, "bolt": bool, "autofdo": bool, "lto": str}
 LTO = ("thin",)  # Clang's LTO kinds a variant may name (CONFIG_LTO_CLANG_THIN; full LTO takes hours on 2 cores)
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
@@ -145,6 +146,7 @@ class Variant:
     path: Path  # the file it was read from
     shipped: bool  # one of kpgo's own files (else --variant-file)
     order: bool = False  # link the functions in the order of a recorded call graph (--call-graph; kpgo.kernel.order)
+    bolt: bool = False  # BOLT rewrites vmlinux from recorded branch records (--branches; kpgo.kernel.bolt)
     autofdo: bool = False  # Clang, built as upstream's AutoFDO kernels are; with profile = true, from a sample profile (kpgo.afdo)
     lto: str | None = None  # Clang's LTO: "thin" or None
 
@@ -169,7 +171,7 @@ class Variant:
         """One line: compiler, level, flags (what `variants list` and a dry run show)."""
         what = ("gcov-instrumented" if self.gcov else "with a sample profile (AutoFDO)" if self.profile and self.autofdo
                 else "with a profile" if self.profile else "built for AutoFDO profiling, no profile" if self.autofdo else "no profile")
-        placed = ", functions in a call graph's order" if self.order else ""
+        placed = ", functions in a call graph's order" if self.order else ", BOLTed from branch records" if self.bolt else ""
         lto = ", ThinLTO" if self.lto == "thin" else ""
         return f"{self.compiler.name} -{self.opt} {' '.join(self.flags) or '(no extra flags)'}, {what}{placed}{lto}"
 
@@ -181,8 +183,8 @@ def _dir() -> Path:
 # The variants `kpgo study compiler` builds and measures unless told otherwise (issue 13's list), baseline first.
 STUDY_DEFAULTS = ("vanilla", "o3", "os", "gcc11", "clang", "inline", "noreorder", "optimized", "pgo-o3", "pgo-no-pt")
 # Listed in this order: the three builds of the PGO loop, then the study's others.
-_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order", "clang-train", "clang-afdo",
-                                "clang-thinlto", "clang-afdo-thinlto")))
+_ORDER = tuple(dict.fromkeys(("vanilla", "instrumented", "optimized", *STUDY_DEFAULTS, "order", "pgo-order", "bolt", "pgo-bolt",
+                                "clang-train", "clang-afdo", "clang-thinlto", "clang-afdo-thinlto")))
 
 
 def names() -> list[str]:
@@ -233,6 +235,13 @@ def validate(spec: Any) -> list[str]:
         problems.append("order = true with clang: kpgo places the functions with GNU ld's linker script (ld.lld has --symbol-ordering-file; not done)")
     if profile and clang and any(f == FUNCTION_SECTIONS for f in spec.get("flags", [])):
         problems.append(f"flags: {FUNCTION_SECTIONS} is added by kpgo to an AutoFDO build with a profile")
+    bolt = spec.get("bolt", False)
+    if bolt and gcov:
+        problems.append("bolt = true with gcov = true: the instrumented kernel collects a profile, BOLT is for the kernels that use one")
+    if bolt and order:
+        problems.append("bolt = true with order = true: kpgo's BOLT and function-order patches change the same build scripts (not combined)")
+    if bolt and clang:
+        problems.append("bolt = true with clang: kpgo runs BOLT on GNU ld's vmlinux only (not tried with ld.lld)")
     flags = spec.get("flags", [])
     bad = [f for f in flags if not isinstance(f, str) or not f.startswith("-") or any(c.isspace() for c in f)]
     if bad:
@@ -273,8 +282,8 @@ def _contradictions(flags: list[str]) -> list[str]:
 
 def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
     return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
-                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False), spec.get("autofdo", False),
-                   spec.get("lto"))
+                   spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False),
+                   spec.get("bolt", False), spec.get("autofdo", False), spec.get("lto"))
 
 
 def read(path: Path, shipped: bool = False) -> Variant:

@@ -1,0 +1,367 @@
+"""BOLT on the kernel (issue 35 part 2; docs/LAYOUT.md "BOLT").
+
+From the branch records kpgo takes from the emulator (`kpgo collect BUILD --branches`, kpgo.branches), BOLT 19
+(Debian's bolt-19) rewrites vmlinux: blocks in the order ext-tsp gives, each profiled function split into a hot
+part, left where the function was, and a cold part, moved into room the linker script keeps at the end of the text.
+
+What BOLT needs from a 6.12 build, and how kpgo gives it (kernel/bolt/bolt.patch, on a cached copy of the source):
+- the relocations kept in vmlinux (--emit-relocs; arch/x86/Makefile.postlink strips them, so BOLT runs before it);
+- room for the code it moves: __bolt_reserved_start/__bolt_reserved_end, last in the text, so that no function
+  moves and the records of a kernel linked without the patch still name the same code;
+- a vmlinux with __ksymtab and __ksymtab_gpl sections: BOLT 19 reads them unchecked and dies of a segmentation
+  fault where they are missing (a kernel without modules exports nothing, and ld drops the empty sections); kpgo
+  adds empty ones to BOLT's input.
+BOLT 19 turns its relocation mode off for the Linux kernel ("disabling relocation mode for Linux kernel"), and
+without it refuses -reorder-functions ("function reordering only works when relocations are enabled"): it keeps
+every function where it is. Function order on the kernel is kpgo.kernel.order's (variants order, pgo-order).
+
+The records become BOLT's profile before anything is built: kpgo writes them as BOLT's pre-aggregated profile without
+the interrupts and exceptions (edges from an instruction that is not a branch: with them BOLT took 98 hot functions'
+profiles for stale, 18.4% of the samples, on the tiny kernel under micro; without them none), perf2bolt reads it
+against the kernel they were recorded on and writes a profile that names functions and offsets (fdata), which BOLT then matches
+to the functions of the kernel being built; what no longer matches it reports as stale. After the link, the step
+kpgo writes into the build directory (STEP, run by the patched scripts/link-vmlinux.sh) runs llvm-bolt on vmlinux.
+BOLT flips a bit of the build id: the BOLTed vmlinux, and the kernel the bzImage boots, have a build id of their own.
+
+API
+    recording(path) -> Recording            the branch profile, its kernel, checked (one-line errors)
+    to_fdata(recording, out) -> dict        perf2bolt's profile and what it said
+    write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
+    report(log) -> dict                     BOLT's own figures from its output
+    check(out, ...) -> dict                 build.json's "bolt"; enforce() fails the build below the thresholds
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kpgo import proc
+from kpgo.errors import InfraError, UserError
+from kpgo.kernel import source
+from kpgo.kernel.source import KernelSource
+
+HERE = Path(__file__).parent
+PATCH = HERE / "bolt" / "bolt.patch"
+MAKE_VAR = "KPGO_BOLT"  # the command the patched link-vmlinux.sh runs on vmlinux
+RESERVE_VAR = "KPGO_BOLT_RESERVE"  # bytes the patched linker script keeps for BOLT
+LLVM_BOLT = "llvm-bolt-19"
+# /usr/bin/perf2bolt-19 is llvm-bolt under another name (BOLT picks its mode from its own name): the real one is here.
+PERF2BOLT = Path("/usr/lib/llvm-19/bin/perf2bolt")
+PACKAGE = "bolt-19"
+STEP = "bolt-step.sh"  # in the build directory: what link-vmlinux.sh runs
+FDATA = "bolt.fdata"  # perf2bolt's profile of the records
+PREAGG = "bolt.preagg"  # the records as BOLT's pre-aggregated profile, branches only
+PERF2BOLT_LOG = "perf2bolt.log"
+LOG = "bolt.log"  # llvm-bolt's output
+PRE_BOLT = "vmlinux.pre-bolt"  # the linked kernel as BOLT got it
+VERSION = 1  # of the options and the step: part of the build key
+# BOLT's options. Its Linux guide's set: blocks by ext-tsp, hot/cold splitting (into the reserved room), no
+# unreachable-code elimination or conditional tail calls (code the kernel patches at run time must stay), and the
+# entry text left alone (its symbols mark addresses the kernel computes with).
+OPTIONS = (
+    "-reorder-blocks=ext-tsp",
+    "-split-functions",
+    "-split-strategy=profile2",
+    "-eliminate-unreachable=0",
+    "-simplify-conditional-tail-calls=0",
+    "-skip-funcs=__entry_text_start,irq_entries_start",
+    "-dyno-stats",
+)
+RESERVE_MIN = 2 << 20
+# The build fails when BOLT finds no profiled function, or when less than this share of the profile's samples lands
+# in functions whose profile still matches their code (stale ones BOLT ignores).
+MIN_VALID_SHARE = 0.9
+KSYMTABS = ("__ksymtab", "__ksymtab_gpl")
+
+
+def tools_missing() -> list[str]:
+    return [t for t in (LLVM_BOLT, str(PERF2BOLT)) if proc.which(t) is None]
+
+
+def require_tools() -> None:
+    missing = tools_missing()
+    if missing:
+        raise UserError(f"the BOLT variants need BOLT 19 ({', '.join(missing)} not found)", f"apt-get install {PACKAGE} (`make setup` installs it)")
+
+
+# ---- the input: a branch profile and the kernel it was recorded on ----
+
+@dataclass(frozen=True)
+class Recording:
+    dir: Path
+    preagg: Path  # BOLT's pre-aggregated profile (kpgo.branches.BOLT_FILE)
+    vmlinux: Path  # the kernel it was recorded on
+    build_id: str
+
+
+def recording(path: Path) -> Recording:
+    """The branch profile directory at `path` (from `kpgo collect BUILD --branches`) and the kernel it was recorded on,
+    which its profile.json names. Records made for another vmlinux than that one (their build id differs), a truncated
+    records file, a missing file: one-line UserErrors, before anything is built."""
+    from kpgo import branches
+
+    path = Path(path).resolve()
+    hint = "pass the directory `kpgo collect BUILD_DIR --branches` wrote"
+    if not path.is_dir():
+        raise UserError(f"branch profile {path} not found" if not path.exists() else f"{path} is not a branch profile directory", hint)
+    info = branches.read_profile(path)  # the records against the manifest's build id; every file present
+    candidates = [Path(str(info[k])) / tail for k, tail in (("vmlinux", ""), ("build_dir", "vmlinux")) if info.get(k)]
+    vmlinux = next((c for c in candidates if c.is_file()), None)
+    if vmlinux is None:
+        raise UserError(f"the kernel the branch profile {path} was recorded on is gone ({candidates[0] if candidates else 'profile.json names none'})",
+                        "record the branches again on a kernel that is still built")
+    want = str(info.get("build_id") or "")
+    have = branches.build_id_of(vmlinux)
+    if have != want:
+        raise UserError(f"the branch records in {path} are for the kernel with build id {want or '(none)'}, and {vmlinux} has {have}",
+                        "record the branches again on that kernel (`kpgo collect BUILD_DIR --branches`)")
+    if info.get("records", {}).get("side") != "kernel":
+        raise UserError(f"the branch profile {path} holds user-space branches, not the kernel's", hint)
+    return Recording(path, path / branches.BOLT_FILE, vmlinux, have)
+
+
+def input_digest(r: Recording) -> str:
+    """What a build key holds of BOLT: the profile's bytes, its kernel, BOLT's options and version."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"version": VERSION, "options": OPTIONS, "build_id": r.build_id, "bolt": bolt_version()}).encode())
+    h.update(r.preagg.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def bolt_version() -> str:
+    """llvm-bolt's LLVM version ("19.1.7"), or "" without it."""
+    if proc.which(LLVM_BOLT) is None:
+        return ""
+    m = re.search(r"LLVM version (\S+)", proc.capture([LLVM_BOLT, "--version"]))
+    return m.group(1) if m else ""
+
+
+def patched(src: KernelSource) -> KernelSource:
+    """The cached copy of `src` with kpgo's BOLT patch (kpgo.kernel.source.patched_copy)."""
+    return source.patched_copy(src, PATCH, "bolt", "kpgo's BOLT patch",
+                               "BOLT needs Linux 6.12's x86 build scripts (the default source); build without it on this tree")
+
+
+# ---- before the build: the records as BOLT's profile ----
+
+def _has_ksymtabs(elf: Path) -> bool:
+    names = set(re.findall(r"\]\s+(\S+)", proc.capture(["readelf", "-SW", elf], timeout=120)))
+    return all(s in names for s in KSYMTABS)
+
+
+def _ksymtab_args() -> list[str]:
+    """objcopy's arguments that add empty __ksymtab sections (BOLT 19 crashes without them)."""
+    args: list[str] = []
+    for s in KSYMTABS:
+        args += ["--add-section", f"{s}=/dev/null", "--set-section-flags", f"{s}=alloc,readonly"]
+    return args
+
+
+def bolt_input(elf: Path, dest: Path) -> Path:
+    """`elf` as BOLT 19 can read it: itself, or a copy at `dest` with empty __ksymtab sections."""
+    if _has_ksymtabs(elf):
+        return elf
+    proc.run(["objcopy", *_ksymtab_args(), elf, dest], what="objcopy (empty __ksymtab for BOLT)")
+    return dest
+
+
+_P2B_MISMATCH = re.compile(r"traces mismatching disassembled function contents: (\d+) \(([\d.]+)%\)")
+_P2B_ENTRIES = re.compile(r"read (\d+) aggregated (?:LBR|branch) entries")
+_P2B_OBJECTS = re.compile(r"wrote (\d+) objects")
+_PROFILED = re.compile(r"(\d+) out of (\d+) functions in the binary \(([\d.]+)%\) have non-empty execution profile")
+
+
+def to_fdata(r: Recording, out: Path) -> dict[str, Any]:
+    """perf2bolt -pa over the records against the kernel they were recorded on: FDATA in `out` (names and offsets,
+    which BOLT matches to the kernel being built) and what perf2bolt said of them."""
+    require_tools()
+    out.mkdir(parents=True, exist_ok=True)
+    src = bolt_input(r.vmlinux, out / "vmlinux.recorded")
+    log = out / PERF2BOLT_LOG
+    fdata = out / FDATA
+    dropped = write_preagg(r, out / PREAGG)
+    res = proc.run([PERF2BOLT, "-pa", "-p", out / PREAGG, "-o", fdata, src], log=log, check=False, keep_output=True, timeout=1800)
+    if src != r.vmlinux:
+        src.unlink(missing_ok=True)
+    text = res.output
+    if res.returncode != 0 or not fdata.is_file():
+        err = next((ln for ln in text.splitlines() if "ERROR" in ln or "error" in ln), (text.strip().splitlines() or ["(no output)"])[-1])
+        raise InfraError(f"perf2bolt could not read the branch records {r.preagg}: {err.strip()[:200]}", f"full log: {log}")
+    m, e, o, p = _P2B_MISMATCH.search(text), _P2B_ENTRIES.search(text), _P2B_OBJECTS.search(text), _PROFILED.search(text)
+    return {
+        **dropped,
+        "entries": int(e.group(1)) if e else None,
+        "mismatching_traces": int(m.group(1)) if m else None,
+        "mismatching_share": round(float(m.group(2)) / 100, 6) if m else None,
+        "entries_written": int(o.group(1)) if o else None,
+        "functions_profiled": int(p.group(1)) if p else None,
+        "log": str(log),
+    }
+
+
+def write_preagg(r: Recording, out: Path) -> dict[str, Any]:
+    """BOLT's pre-aggregated profile of the records (kpgo.branches.write_bolt's lines) without the edges whose source
+    is not a branch: interrupts and exceptions, which LBR records too but which BOLT, finding a branch at an
+    instruction that is none, counts against the whole function's profile (stale). Returns what was left out."""
+    from kpgo import branches
+
+    records = branches.read_records(r.dir / branches.RECORDS_FILE, r.build_id)
+    kinds = records.edges[:, 3]
+    keep = kinds != int(branches.Kind.NONE)
+    lines = [f"B {a:x} {b:x} {c} 0" for a, b, c, _ in records.edges[keep].tolist()]
+    ok = records.ranges[:, 0] <= records.ranges[:, 1]
+    lines += [f"F {a:x} {b:x} {c}" for a, b, c in records.ranges[ok].tolist()]
+    out.write_text("".join(ln + "\n" for ln in lines))
+    total = int(records.edges[:, 2].sum()) or 1
+    return {"interrupt_edges_left_out": int((~keep).sum()), "interrupt_share_left_out": round(int(records.edges[~keep, 2].sum()) / total, 6)}
+
+
+def reserve_bytes(r: Recording) -> int:
+    """The room kept for BOLT: the size of the recorded kernel's functions that ran (their cold parts go there, and
+    never more than the whole function), rounded up to 2 MiB."""
+    from kpgo import branches
+
+    records = branches.read_records(r.dir / branches.RECORDS_FILE, r.build_id)
+    fns = branches.Functions(r.vmlinux)
+    per = branches.function_branches(records, fns)
+    ran = per.nonzero()[0]
+    size = int((fns.ends[ran] - fns.starts[ran]).sum()) if len(ran) else 0
+    return max(RESERVE_MIN, -(-size // RESERVE_MIN) * RESERVE_MIN)
+
+
+_UNSAFE = re.compile(r"[\s\"'$\\]")
+
+
+def check_out(out: Path) -> None:
+    """The build directory can hold the step: its path goes through make and the shell unquoted."""
+    if _UNSAFE.search(str(out.resolve())):
+        raise UserError(f"the build directory {out.resolve()} has a blank, quote, $ or backslash in its path, which the BOLT step "
+                        "cannot be run from", "choose an -o without them")
+
+
+def write_step(out: Path, fdata: Path) -> Path:
+    """The shell script the patched link-vmlinux.sh runs on vmlinux (in the build directory, its argument `vmlinux`):
+    keeps the linked kernel as PRE_BOLT, runs llvm-bolt into a new file and puts it in vmlinux's place. A failure
+    fails the link with BOLT's first error line (its output is in LOG)."""
+    check_out(out)
+    out = out.resolve()
+    bolt = proc.which(LLVM_BOLT) or LLVM_BOLT
+    opts = " ".join(shlex.quote(o) for o in OPTIONS)
+    ksym = " ".join(shlex.quote(a) for a in _ksymtab_args())
+    text = f"""#!/bin/sh
+# kpgo BOLT step (kpgo/kernel/bolt.py), written for this build: scripts/link-vmlinux.sh runs it on vmlinux.
+set -e
+v="$1"
+cp "$v" {out}/{PRE_BOLT}
+in={out}/{PRE_BOLT}
+# BOLT 19 dies of a segmentation fault on a kernel without __ksymtab sections (no modules): give it empty ones.
+if ! readelf -SW "$in" | grep -q ' __ksymtab_gpl '; then
+	objcopy {ksym} "$in" {out}/vmlinux.bolt-in
+	in={out}/vmlinux.bolt-in
+fi
+if ! {bolt} "$in" -o {out}/vmlinux.bolted -data={fdata} {opts} > {out}/{LOG} 2>&1; then
+	echo "kpgo: llvm-bolt failed: $(grep -m1 -E 'BOLT-ERROR|Segmentation|Assertion|error' {out}/{LOG} || tail -n1 {out}/{LOG}) (log: {out}/{LOG})" >&2
+	exit 1
+fi
+rm -f {out}/vmlinux.bolt-in
+mv {out}/vmlinux.bolted "$v"
+"""
+    step = out / STEP
+    step.write_text(text)
+    step.chmod(0o755)
+    return step
+
+
+# ---- after the build: BOLT's report and the proof ----
+
+_STALE = re.compile(r"(\d+) \(([\d.]+)% of all profiled\) functions have invalid \(possibly stale\) profile")
+_STALE_SAMPLES = re.compile(r"(\d+) out of (\d+) samples in the binary \(([\d.]+)%\) belong to functions with invalid")
+_SPLIT = re.compile(r"splitting separates (\d+) hot bytes from (\d+) cold bytes")
+_OVERWRITTEN = re.compile(r"BOLT: (\d+) out of (\d+) functions were overwritten")
+_NOT_OPTIMIZED = re.compile(r"(\d+) functions? with profile could not be optimized")
+_REORDERED = re.compile(r"basic block reordering modified layout of (\d+) functions")
+_DYNO_HEAD = "program-wide dynostats after all optimizations"
+# "   1000 : taken branches (-12.5%)": the figure after BOLT, and its change from the input's (none when unchanged)
+_DYNO = re.compile(r"^\s*(\d+) : ([a-z][a-z -]+?)(?: \(([+-][\d.]+)%\))?\s*$", re.M)
+_DYNO_KEYS = ("executed instructions", "taken branches", "executed forward branches", "taken forward branches",
+              "executed backward branches", "taken backward branches", "total branches")
+
+
+def report(text: str) -> dict[str, Any]:
+    """BOLT's own figures from its output: functions with a profile, the stale share (functions and samples),
+    the bytes split hot/cold, the functions rewritten, and its dynamic stats after optimization."""
+    p, st, ss, sp, ow, no, ro = (r.search(text) for r in (_PROFILED, _STALE, _STALE_SAMPLES, _SPLIT, _OVERWRITTEN, _NOT_OPTIMIZED, _REORDERED))
+    out: dict[str, Any] = {
+        "functions": int(p.group(2)) if p else None,
+        "functions_profiled": int(p.group(1)) if p else 0,
+        "functions_stale": int(st.group(1)) if st else 0,
+        "stale_share": round(float(st.group(2)) / 100, 6) if st else 0.0,
+        "samples_stale": int(ss.group(1)) if ss else 0,
+        "samples": int(ss.group(2)) if ss else None,
+        "samples_stale_share": round(float(ss.group(3)) / 100, 6) if ss else 0.0,
+        "hot_bytes": int(sp.group(1)) if sp else 0,
+        "cold_bytes_moved": int(sp.group(2)) if sp else 0,
+        "functions_not_optimized": int(no.group(1)) if no else 0,  # with a profile, but not simple enough for BOLT to rewrite
+        "functions_reordered": int(ro.group(1)) if ro else 0,  # whose block layout ext-tsp changed
+        "functions_rewritten": int(ow.group(1)) if ow else 0,
+        "linux_kernel": "Linux kernel binary detected" in text,
+        "relocation_mode": "disabling relocation mode" not in text and "relocation mode" in text,
+    }
+    # -dyno-stats: BOLT's estimate, from the profile, of the optimized binary's figures and their change
+    if _DYNO_HEAD in text:
+        head, _, rest = text.split(_DYNO_HEAD, 1)[1].partition("\n")
+        paras = [p for p in rest.split("\n\n") if _DYNO.search(p)][:1 if "no change" in head else 2]
+        figures = [{name: int(n) for n, name, _ in _DYNO.findall(p) if name in _DYNO_KEYS} for p in paras]
+        if figures:
+            out["dyno_before"], out["dyno_after"] = figures[0], figures[-1]
+    return out
+
+
+def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> dict[str, Any]:
+    """build.json's "bolt": BOLT's report, the kernel's build ids before and after, and ok (MIN_VALID_SHARE)."""
+    from kpgo import branches
+
+    log = out / LOG
+    if not log.is_file():
+        raise InfraError(f"the build has no BOLT output ({log}): the BOLT step did not run", "check build.log for 'BOLT vmlinux'")
+    rep = report(log.read_text(errors="replace"))
+    pre, post = branches.build_id_of(out / PRE_BOLT), branches.build_id_of(out / "vmlinux")
+    valid = 1.0 - rep["samples_stale_share"]
+    problems = []
+    if not rep["functions_profiled"]:
+        problems.append("BOLT found no function with a profile")
+    if valid < MIN_VALID_SHARE:
+        problems.append(f"only {valid:.1%} of the profile's samples are in functions whose profile matches their code (stale profile)")
+    if pre == post:
+        problems.append("vmlinux kept its build id: it is not BOLT's output")
+    return {
+        "ok": not problems, "problems": problems, "min_valid_share": MIN_VALID_SHARE, "valid_share": round(valid, 6),
+        "options": list(OPTIONS), "bolt_version": bolt_version(), "reserve_bytes": reserve,
+        "profile": {"dir": str(r.dir), "recorded_on": str(r.vmlinux), "recorded_build_id": r.build_id, "perf2bolt": fdata_info},
+        "build_id_pre_bolt": pre, "build_id": post, "report": rep, "log": str(log),
+    }
+
+
+def enforce(record: dict[str, Any], out: Path) -> None:
+    if not record["ok"]:
+        raise InfraError(f"BOLT did not optimize the kernel in {out}: {record['problems'][0]}", f"BOLT's output: {record['log']}")
+
+
+def summary_lines(record: dict[str, Any]) -> list[str]:
+    rep = record["report"]
+    lines = [f"BOLT: {rep['functions_profiled']:,} of {rep['functions'] or 0:,} functions with a profile, "
+             f"{rep['functions_stale']:,} stale ({rep['stale_share']:.1%}); {record['valid_share']:.1%} of the samples usable; "
+             f"{rep['functions_rewritten']:,} functions rewritten, {rep['cold_bytes_moved']:,} cold bytes moved out of "
+             f"{rep['hot_bytes'] + rep['cold_bytes_moved']:,}"]
+    lines.append(f"BOLT: build id {record['build_id_pre_bolt']} -> {record['build_id']} (the BOLTed vmlinux in the bzImage)")
+    dyno0, dyno = rep.get("dyno_before", {}), rep.get("dyno_after", {})
+    if dyno0.get("taken branches") and dyno.get("taken branches") is not None:
+        lines.append(f"BOLT: taken branches (BOLT's estimate from the profile) {dyno0['taken branches']:,} -> {dyno['taken branches']:,} "
+                     f"({dyno['taken branches'] / dyno0['taken branches'] - 1:+.1%})")
+    return lines

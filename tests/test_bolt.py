@@ -1,0 +1,192 @@
+"""BOLT on the kernel (issue 35 part 2, kpgo.kernel.bolt, docs/LAYOUT.md "BOLT"): BOLT's report read from its real
+output on the tiny kernel (tests/data/bolt-tiny.log); bad input (branch records for another vmlinux, a profile
+whose kernel is gone, the wrong variant) -> one-line errors before anything is built; the variants' rules; the patch
+on the real 6.12 source. The kernel test (the tiny kernel BOLTed, booted with a workload) is in test_bolt_vm.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_line_error, kpgo
+from kpgo import branches, variants
+from kpgo.errors import UserError
+from kpgo.kernel import bolt, source
+
+DATA = Path(__file__).parent / "data"
+needs_gcc = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("readelf")), reason="needs gcc and binutils")
+
+
+# ---- BOLT's report ----
+
+def test_the_report_of_a_real_bolt_run() -> None:
+    """llvm-bolt-19's output on the tiny kernel with the micro workload's records (the run docs/LAYOUT.md shows)."""
+    rep = bolt.report((DATA / "bolt-tiny.log").read_text())
+    assert rep["linux_kernel"] and not rep["relocation_mode"]
+    assert rep["functions"] > 20000 and 0 < rep["functions_profiled"] < rep["functions"]
+    assert 0 <= rep["stale_share"] < 1 and rep["functions_stale"] <= rep["functions_profiled"]
+    assert rep["cold_bytes_moved"] > 0 and rep["hot_bytes"] > 0 and rep["functions_rewritten"] > 0
+    assert rep["functions_reordered"] > 0
+    assert rep["dyno_before"]["taken branches"] > 0 and rep["dyno_after"]["taken branches"] > 0
+
+
+def test_the_report_of_output_without_figures() -> None:
+    rep = bolt.report("BOLT-INFO: Target architecture: x86_64\nBOLT-ERROR: split functions require reserved space in the Linux kernel binary\n")
+    assert rep["functions_profiled"] == 0 and rep["functions"] is None and rep["cold_bytes_moved"] == 0 and "dyno_after" not in rep
+
+
+def test_stale_lines_are_read() -> None:
+    text = ("BOLT-INFO: 120 out of 22265 functions in the binary (0.5%) have non-empty execution profile\n"
+            "BOLT-WARNING: 12 (10.0% of all profiled) functions have invalid (possibly stale) profile. Use -report-stale to see the list.\n"
+            "BOLT-WARNING: 500 out of 10000 samples in the binary (5.0%) belong to functions with invalid (possibly stale) profile.\n")
+    rep = bolt.report(text)
+    assert (rep["functions_profiled"], rep["functions_stale"], rep["stale_share"]) == (120, 12, 0.1)
+    assert (rep["samples_stale"], rep["samples"], rep["samples_stale_share"]) == (500, 10000, 0.05)
+
+
+# ---- bad input, before anything is built ----
+
+def records_file(path: Path, build_id: str, edges: list[tuple[int, int, int, int]]) -> Path:
+    """A kernel-side records file as kpgo's plugin writes it (kpgo.branches.read_records), for `build_id`."""
+    bid = bytes.fromhex(build_id)
+    head = struct.pack("<8s18Q64s", branches.MAGIC, branches.RECORDS_FORMAT, 1, 1000, branches.DEPTH, 1, 1, 0,
+                       sum(e[2] for e in edges), 0, 0, 0, 0, 1 << 16, 1 << 12, len(edges), 0, 0, len(bid), bid)
+    body = b"".join(struct.pack("<4Q", *e) for e in sorted(edges))
+    size = len(head) + len(body) + 16
+    path.write_bytes(head + body + struct.pack("<8sQ", branches.END, size))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("elf")
+    (d / "p.c").write_text("int f1(int x) { return x + 1; }\nint f2(int x) { return f1(x) * 2; }\nvoid _start(void) { for (;;) f2(3); }\n")
+    import subprocess
+
+    subprocess.run(["gcc", "-O1", "-nostdlib", "-static", "-Wl,--build-id", "-o", d / "p", d / "p.c"], check=True)
+    return d / "p"
+
+
+def branch_profile(tmp: Path, elf: Path, records_id: str | None = None, **manifest: object) -> Path:
+    """A branch profile directory as `kpgo collect --branches` writes it, recorded on `elf` (or so it says)."""
+    d = tmp / "prof"
+    d.mkdir(exist_ok=True)
+    bid = branches.build_id_of(elf)
+    records_file(d / branches.RECORDS_FILE, records_id or bid, [(0x401000, 0x401010, 5, 1)])
+    for name in (branches.BOLT_FILE, branches.PERF_SCRIPT_FILE, branches.CALL_GRAPH_FILE):
+        (d / name).write_text("")
+    fields = {"kind": branches.PROFILE_KIND, "vmlinux": str(elf), "build_id": bid, **manifest}
+    (d / "profile.json").write_text(json.dumps(fields))
+    return d
+
+
+BAD = [
+    ("records of another vmlinux", {"records_id": "ab" * 20}, "belong to the binary with build id abab"),
+    ("profile of another vmlinux", {"records_id": "cd" * 20, "build_id": "cd" * 20}, "are for the kernel with build id cdcd"),
+    ("kernel gone", {"vmlinux": "/nonexistent/vmlinux", "build_dir": "/nonexistent"}, "is gone"),
+    ("not a branch profile", {"kind": "gcov"}, "is not a branch profile"),
+]
+
+
+@needs_gcc
+@pytest.mark.parametrize(("what", "spec", "needle"), BAD, ids=[b[0] for b in BAD])
+def test_bad_branch_profiles_are_one_line_errors_before_any_build(tmp_path: Path, small_elf: Path, what: str, spec: dict, needle: str) -> None:
+    rid = spec.pop("records_id", None)
+    d = branch_profile(tmp_path, small_elf, rid, **spec)
+    for extra in (["--dry-run"], []):  # a real build fails the same way, before it extracts or configures anything
+        res = kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", *extra)
+        assert_one_line_error(res, 1, needle)
+        assert not (tmp_path / "b").exists()
+
+
+@needs_gcc
+def test_a_truncated_records_file_is_one_line(tmp_path: Path, small_elf: Path) -> None:
+    d = branch_profile(tmp_path, small_elf)
+    rec = d / branches.RECORDS_FILE
+    rec.write_bytes(rec.read_bytes()[:-5])
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "--dry-run"), 1, "truncated")
+
+
+@needs_gcc
+def test_the_wrong_variant_or_no_branches(tmp_path: Path, small_elf: Path) -> None:
+    d = branch_profile(tmp_path, small_elf)
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--dry-run"), 1, "none were given")
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--branches", d, "--dry-run"), 1, "--branches is only for")
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", tmp_path / "nope", "--dry-run"), 1, "not found")
+    with pytest.raises(UserError, match="has a blank, quote"):
+        bolt.check_out(tmp_path / "my builds" / "bolt")
+
+
+@needs_gcc
+def test_the_dry_run_names_the_patch_and_the_step(tmp_path: Path, small_elf: Path) -> None:
+    d = branch_profile(tmp_path, small_elf)
+    res = kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "bolt.patch" in res.stdout and f"{bolt.MAKE_VAR}={tmp_path / 'b' / bolt.STEP}" in res.stdout and "-reorder-blocks=ext-tsp" in res.stdout
+
+
+# ---- the variants and the patch ----
+
+def test_the_bolt_variants() -> None:
+    b, pb = variants.get("bolt"), variants.get("pgo-bolt")
+    assert b.bolt and pb.bolt and pb.profile and not b.profile and not b.order
+    assert "BOLTed" in b.summary()
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    ({"bolt": True, "gcov": True}, "bolt = true with gcov = true"),
+    ({"bolt": True, "order": True, "flags": ["-ffunction-sections"]}, "bolt = true with order = true"),
+    ({"bolt": True, "compiler": "clang-19"}, "bolt = true with clang"),
+    ({"bolt": "yes"}, "bolt should be of type bool"),
+])
+def test_bolt_variant_files_are_validated(spec: dict, needle: str) -> None:
+    base = {"name": "mine", "description": "x", "compiler": "gcc-12", "opt": "O2"}
+    assert any(needle in p for p in variants.validate(base | spec)), variants.validate(base | spec)
+
+
+def test_the_patch_names_the_files_it_changes() -> None:
+    assert set(source.patch_files(bolt.PATCH)) == {"arch/x86/Makefile", "arch/x86/kernel/Makefile", "arch/x86/kernel/vmlinux.lds.S",
+                                                  "scripts/link-vmlinux.sh"}
+
+
+@pytest.mark.skipif(not source.DEFAULT_TARBALL.exists(), reason="needs linux-source-6.12 (make setup)")
+def test_the_patch_applies_to_a_copy_and_leaves_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    real = source.resolve(None)
+    files = source.patch_files(bolt.PATCH)
+    before = {rel: (real.path / rel).read_bytes() for rel in files}
+    patched = bolt.patched(real)
+    assert "__bolt_reserved_start" in (patched.path / "arch/x86/kernel/vmlinux.lds.S").read_text()
+    assert bolt.MAKE_VAR in (patched.path / "scripts/link-vmlinux.sh").read_text()
+    for rel, data in before.items():
+        assert (real.path / rel).read_bytes() == data != (patched.path / rel).read_bytes()
+
+
+# ---- which kernel booted: the guest agent reads its build id ----
+
+def notes(*entries: tuple[bytes, int, bytes]) -> bytes:
+    """ELF notes as /sys/kernel/notes shows them: name, type, descriptor, each padded to 4 bytes."""
+    out = b""
+    for name, kind, desc in entries:
+        out += struct.pack("<3I", len(name), len(desc), kind) + name.ljust((len(name) + 3) // 4 * 4, b"\0") + desc.ljust((len(desc) + 3) // 4 * 4, b"\0")
+    return out
+
+
+@pytest.mark.parametrize(("data", "want"), [
+    (notes((b"Linux\0", 0x101, b"\1\0\0\0\0\0"), (b"GNU\0", 3, bytes(range(20)))), bytes(range(20)).hex()),
+    (notes((b"Xen\0", 3, b"abcd")), None),
+    (b"", None),
+])
+def test_the_agent_reads_the_running_kernels_build_id(data: bytes, want: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+    import io
+
+    from kpgo.guest import agent
+
+    real = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.BytesIO(data) if p == "/sys/kernel/notes" else real(p, *a, **k))
+    assert agent.kernel_build_id() == want
