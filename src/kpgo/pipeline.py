@@ -11,6 +11,9 @@ and measures them on every workload; `cross` measures every optimized kernel on 
 `variability` collects every workload's profile a second time (RUN/profiles/again/<wl>), compares
 the two collections' similarity beside the workloads' (RUN/studies/variability/similarity.json) and
 measures the kernel built from the second (optimized-<wl>.2) beside the first on its workload;
+`layout` records every workload's branches on vanilla and on its optimized kernel
+(RUN/branches/<kernel>/<wl>) and measures, each on its workload, vanilla + BOLT (bolt-<wl>), PGO +
+BOLT (pgo-bolt-<wl>) and PGO + function order (pgo-order-<wl>) (docs/LAYOUT.md);
 `clang` builds the clang-train kernel, records its branches under every workload
 (RUN/branches/clang-train/<wl>), makes their normalized sample profile (RUN/profiles/clang-afdo) and
 measures clang, clang-thinlto, clang-afdo and clang-afdo-thinlto on every workload (docs/CLANG.md).
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -117,6 +121,10 @@ class RunOptions:
                             "re-run the `kpgo run` command that made it (cached steps are kept)") from None
 
 
+# A build a step wants: (variant, label, profile) or, for a layout variant, (variant, label, profile, branch profile).
+Wanted = tuple[str | variants.Variant, str, Path | None] | tuple[str | variants.Variant, str, Path | None, Path | None]
+
+
 @dataclass(frozen=True)
 class Builder:
     """build(variant, label, profile=None): the run's kernel of that variant (a name, or a variants.Variant from a
@@ -128,19 +136,21 @@ class Builder:
     src: KernelSource
     cluster: str | None = None
 
-    def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> kbuild.BuildRequest:
+    def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None, branches: Path | None = None) -> kbuild.BuildRequest:
+        """branches: the branch profile a layout variant takes (its call graph for order = true, its records for bolt = true)."""
         o = self.opts
         v = variants.get(variant) if isinstance(variant, str) else variant
         kcflags = kbuild.partial_training_flags(v) if o.partial_training else ()
         if v.name == "optimized":
             kcflags += kbuild.hot_share_flags(v, profile, o.hot_share)
-        return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov)
+        return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov,
+                                   branches if v.order else None, branches if v.bolt else None)
 
-    def __call__(self, variant: str | variants.Variant, label: str, profile: Path | None = None) -> dict:
-        return self.many([(variant, label, profile)])[label]
+    def __call__(self, variant: str | variants.Variant, label: str, profile: Path | None = None, branches: Path | None = None) -> dict:
+        return self.many([(variant, label, profile, branches)])[label]
 
-    def many(self, wanted: list[tuple[str | variants.Variant, str, Path | None]]) -> dict[str, dict]:
-        reqs = {label: self.request(v, label, p) for v, label, p in wanted}
+    def many(self, wanted: Sequence[Wanted]) -> dict[str, dict]:
+        reqs = {w[1]: self.request(*w) for w in wanted}
         if self.cluster is None:
             return {label: kbuild.build(r) for label, r in reqs.items()}
         from kpgo import cluster
@@ -167,7 +177,8 @@ def _path(s: str | None) -> Path | None:
     return None if s is None else Path(s)
 
 
-STUDIES = ("universal", "cross", "variability", "clang")
+STUDIES = ("universal", "cross", "variability", "layout", "clang")
+LAYOUT = ("bolt", "pgo-bolt", "pgo-order")  # the layout study's variants: LABEL-<wl>, each measured on its workload
 AGAIN = "again"  # RUN/profiles/AGAIN/<wl>: the variability study's second collection of each workload's profile
 AGAIN_SUFFIX = ".2"  # optimized-<wl>.2: the kernel built from it
 CLANG = ("clang", "clang-thinlto", "clang-afdo", "clang-afdo-thinlto")  # the clang study's kernels, measured on every workload
@@ -215,7 +226,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         prof = raws.get(wl.name) or timed(f"collect {wl.name}", lambda: collect_cached(rd / "profiles", rd / "builds" / "instrumented", instr, wl, opts.guest))  # noqa: B023 -- timed() calls the lambda at once
         pstats = timed(f"profile fix {wl.name}", lambda: fix_cached(rd / "profiles", instr, wl, prof))  # noqa: B023 -- timed() calls the lambda at once
         profiles[wl.name] = (prof, pstats)
-    wanted: list[tuple[str | variants.Variant, str, Path | None]] = [("optimized", f"optimized-{n}", rd / "profiles" / n) for n in names]
+    wanted: list[Wanted] = [("optimized", f"optimized-{n}", rd / "profiles" / n) for n in names]
     if "variability" in opts.studies:
         wanted += timed("variability: second collections", lambda: _again(opts, instr, names))
     if "universal" in opts.studies:
@@ -224,18 +235,22 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
             wanted.append(("optimized", label, rd / "profiles" / label))
     if cluster:
         timed("builds on the cluster: optimized", lambda: build.many(wanted))
-    opt = {label: timed(f"build {label}", lambda: build(v, label, p)) for v, label, p in wanted}  # noqa: B023 -- timed() calls the lambda at once
+    opt = {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023 -- timed() calls the lambda at once
     van = timed("build vanilla", lambda: build("vanilla", "vanilla"))
+    if "layout" in opts.studies:
+        opt |= _layout_study(opts, build, timed, van, opt)
     if "clang" in opts.studies:
         opt |= _clang_study(opts, build, timed)
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt] + [c for c in CLANG if c in opt]
     labels += [f"optimized-{n}{AGAIN_SUFFIX}" for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
+    labels += [f"{v}-{n}" for v in LAYOUT for n in names if f"{v}-{n}" in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
     cells = [("vanilla", n) for n in names]
     cells += [(f"optimized-{a}", b) for a in names for b in names if a == b or "cross" in opts.studies]
     cells += [(u, n) for u in UNIVERSAL if u in opt for n in names]
     cells += [(c, n) for c in CLANG if c in opt for n in names]
     cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
+    cells += [(f"{v}-{n}", n) for v in LAYOUT for n in names if f"{v}-{n}" in opt]
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
                                                  cluster=cluster))
     summary = {
@@ -256,6 +271,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         },
         "universal": {u: {"proof": opt[u]["proof"], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
         **({"clang": {c: {"proof": opt[c].get("proof")} for c in CLANG}} if "clang" in opts.studies else {}),
+        **({"layout": {f"{v}-{n}": {k: opt[f"{v}-{n}"].get(k) for k in ("proof", "bolt", "order")} for v in LAYOUT for n in names}}
+           if "layout" in opts.studies else {}),
         **({"variability": {n: {"proof": opt[f"optimized-{n}{AGAIN_SUFFIX}"]["proof"], "profile": str(rd / "profiles" / AGAIN / n)}
                             for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
@@ -268,7 +285,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     return summary
 
 
-def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[tuple[str | variants.Variant, str, Path | None]]:
+def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
     """The variability study: each workload's profile collected again on the instrumented kernel (a boot of its own),
     fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
     to build from the second collections."""
@@ -286,6 +303,24 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[tuple[str | 
         res = compare_profiles(dirs, rd / "builds" / "instrumented", names=[*names, *(n + AGAIN_SUFFIX for n in names)])
         atomic.write_json(out, {"collected_at": stamps, **res})
     return [("optimized", f"optimized-{n}{AGAIN_SUFFIX}", again / n) for n in names]
+
+
+def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: dict, opt: dict[str, dict]) -> dict[str, dict]:
+    """The layout study's kernels: each workload's branches recorded on vanilla and on its optimized kernel, then
+    BOLT on vanilla from the first, BOLT on the PGO kernel and the PGO kernel in C3's function order from the second
+    (docs/LAYOUT.md)."""
+    rd = opts.run_dir
+    wanted: list[Wanted] = []
+    for wl in opts.workloads:
+        n = wl.name
+        on_van = rd / "branches" / "vanilla" / n
+        on_opt = rd / "branches" / f"optimized-{n}" / n
+        timed(f"collect {n} --branches on vanilla", lambda: branches_cached(on_van, rd / "builds" / "vanilla", van, wl, opts.guest))  # noqa: B023
+        timed(f"collect {n} --branches on optimized-{n}",
+              lambda: branches_cached(on_opt, rd / "builds" / f"optimized-{n}", opt[f"optimized-{n}"], wl, opts.guest))  # noqa: B023
+        prof = rd / "profiles" / n
+        wanted += [("bolt", f"bolt-{n}", None, on_van), ("pgo-bolt", f"pgo-bolt-{n}", prof, on_opt), ("pgo-order", f"pgo-order-{n}", prof, on_opt)]
+    return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
 
 
 def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict]:
@@ -307,8 +342,8 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
         timed("profile afdo", lambda: afdo.make(inputs, prof, normalize=True))
     else:
         say(f"profile afdo: up to date in {prof}")
-    wanted: list[tuple[str | variants.Variant, str, Path | None]] = [(c, c, prof if variants.get(c).profile else None) for c in CLANG]
-    return {label: timed(f"build {label}", lambda: build(v, label, p)) for v, label, p in wanted}  # noqa: B023
+    wanted: list[Wanted] = [(c, c, prof if variants.get(c).profile else None) for c in CLANG]
+    return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
 
 
 def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:

@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--study universal adds kernels built from the merged profile of all workloads (raw and normalized) measured on "
         "every workload; --study cross measures every optimized kernel on every workload; --study variability collects every "
         "profile a second time, compares the two collections and measures the kernel built from the second beside the first; "
+        "--study layout records every workload's branches and measures BOLT on vanilla and on its PGO kernel and PGO with "
+        "C3's function order, each on its workload (docs/LAYOUT.md); "
         "--study clang adds Clang kernels "
         "(clang, clang-thinlto, and AutoFDO ones from the clang-train kernel's branch records under every workload) "
         "measured on every workload (docs/CLANG.md). Steps are cached: run it "
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "once) and the collections and bench boots on its guest nodes.",
     )
     p.add_argument("--dir", type=Path, metavar="RUN_DIR", help="run directory (default: kpgo-runs/<base>-<workload>)")
-    p.add_argument("--study", action="append", default=[], choices=("universal", "cross", "variability", "clang"),
+    p.add_argument("--study", action="append", default=[], choices=("universal", "cross", "variability", "layout", "clang"),
                    help="add a study (repeatable; needs two or more workloads)")
     p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=True,
                    help="kernels built with a profile keep code the profile never ran at its normal optimization (GCC's "
