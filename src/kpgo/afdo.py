@@ -313,5 +313,6 @@ def enforce(record: dict[str, Any], out: Path) -> None:
 
 
 def summary_line(record: dict[str, Any]) -> str:
+    promoted = f"; {record['promoted_calls']:,} indirect calls promoted" if record.get("promoted_calls") else ""
     return (f"Clang applied the profile to {record['functions_applied']:,} of {record['functions_sampled']:,} sampled functions "
-            f"({record['share_samples']:.1%} of the samples)")
+            f"({record['share_samples']:.1%} of the samples){promoted}")

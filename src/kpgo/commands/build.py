@@ -96,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"kernel: {m['bzImage']}  ({m['kernel_release']}, {m['seconds']['total']:.0f} s)")
     print(f"size: functions {sizes.get('functions_size') or '–'}  text span {sizes.get('text_span') or '–'}  "
           f"objects' .text.hot {sizes['text_hot']}  .text.unlikely {sizes['text_unlikely']} bytes (vmlinux .text section, padded: {sizes['vmlinux_text']})")
-    if "proof" in m:
+    if "proof" in m and variant.autofdo:
+        from kpgo import afdo
+
+        print(afdo.summary_line(m["proof"]))
+    elif "proof" in m:
         pr = m["proof"]
         print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")
         print(proof.format_values(pr.get("values")))

@@ -345,7 +345,7 @@ def _build(req: BuildRequest) -> dict:
         say(f"build {name}: BOLT profile: {fdata_info['entries_written']:,} entries from {rec.dir} (perf2bolt: "
             f"{fdata_info['mismatching_share'] or 0:.1%} of the traces mismatch the recorded kernel's code); {reserve >> 20} MiB kept for moved code")
         make_args += [f"{bolt.MAKE_VAR}={bolt.write_step(out, out / bolt.FDATA)}", f"{bolt.RESERVE_VAR}={reserve}"]
-    if req.variant.profile and "KPGO_REUSE" not in env:
+    if req.variant.profile and req.variant.compiler.family == "gcc" and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(env)
     argv = make_command(req, out, flags, make_args)
