@@ -42,7 +42,7 @@ TRAIN_FLAGS = ("-gmlt", "-fdebug-info-for-profiling", "-mllvm", "-enable-fs-disc
 REMARK_PASSES = "[sp][ag][mo][p-][li]"
 USE_FLAGS = ("-ffunction-sections", "-fsplit-machine-functions", "-fsave-optimization-record", f"-foptimization-record-passes={REMARK_PASSES}")
 # Under ThinLTO the code is generated at the link, so the linker gets the profile and the discriminator options too,
-# and writes the records of that code generation (one file per ThinLTO backend: LTO_REMARKS.thin.N.yaml).
+# and writes the records of that code generation (one file per ThinLTO backend: LTO_REMARKS.thin.N.).
 LTO_LDFLAGS = ("--mllvm=-enable-fs-discriminator=true", "--mllvm=-improved-fs-discriminator=true", "-plugin-opt=-split-machine-functions")
 LTO_REMARKS = "kpgo-lto.opt.yaml"
 PERF_SCRIPT = "perf.script"  # kpgo.branches.PERF_SCRIPT_FILE, named here so that a build need not import numpy
@@ -51,7 +51,7 @@ RECIPE = 1  # of the flags below and the proof: part of an AutoFDO build's key
 INSTALLED = "kpgo-sample.afdo"  # the profile's copy in the build directory (its path is in every object's flags)
 PROOF_MIN = 0.9  # share of the profile's samples whose function Clang says it applied samples to
 TOP = 10
-REMARKS = "*.opt.yaml*"  # OBJ.opt.yaml of each compile, LTO_REMARKS.thin.N.yaml of the link
+REMARKS = "*.opt.yaml*"  # OBJ.opt.yaml of each compile, LTO_REMARKS.thin.N. of the link
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,8 @@ def lto_ldflags(out: Path | None) -> list[str]:
     """The linker's options under ThinLTO: the discriminators always, the profile for an optimized build (`out`)."""
     if out is None:
         return list(LTO_LDFLAGS)
-    remarks = (f"--opt-remarks-filename={Path(out).resolve() / LTO_REMARKS}", f"--opt-remarks-passes={REMARK_PASSES}")
+    # the -plugin-opt= spellings: ld.lld-19 takes --opt-remarks-* only as two words, which make's variable would split
+    remarks = (f"-plugin-opt=opt-remarks-filename={Path(out).resolve() / LTO_REMARKS}", f"-plugin-opt=opt-remarks-passes={REMARK_PASSES}")
     return [f"--lto-sample-profile={installed(out)}", *LTO_LDFLAGS, *remarks]
 
 
