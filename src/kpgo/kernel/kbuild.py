@@ -397,7 +397,8 @@ def _build(req: BuildRequest) -> dict:
     _remember_count(req, compiled)
     atomic.write_json(out / "build.json", build)
     reused = build["reuse"]["reused"]
-    objects = f"{compiled - reused} objects compiled, {reused} reused from ccache" if reused else f"{compiled} objects compiled"
+    # ccache also answers compiles make does not count as objects (host tools, objtool): the two counts are apart
+    objects = f"{compiled} objects, {reused} compiles answered by ccache" if reused else f"{compiled} objects compiled"
     say(f"build {name}: done in {fmt_secs(t_total)} ({objects}) — {out / 'arch/x86/boot/bzImage'}")
     if req.profile is not None and req.variant.autofdo:
         say(f"build {name}: {afdo.summary_line(build['proof'])}")
