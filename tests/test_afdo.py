@@ -192,4 +192,5 @@ def test_promotions_are_read_from_clangs_records(tmp_path: Path) -> None:
                     "-o", build / "ic.o"], check=True)
     res = afdo.check(build, prof)
     assert res["ok"] and res["functions_applied"] == 1
-    assert res["promoted_calls"] == 1 and res["promoted_hottest"] == [{"caller": "call_it", "callee": "tgt_a", "count": 990, "of": 1000}]
+    assert res["promoted_calls"] == 1 and res["promoted_across_objects"] == 0
+    assert res["promoted_hottest"] == [{"caller": "call_it", "callee": "tgt_a", "count": 990, "of": 1000, "across_objects": False}]

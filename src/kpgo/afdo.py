@@ -273,6 +273,35 @@ def _remarks(path: Path) -> tuple[set[str], list[Promotion]]:
     return applied, promoted
 
 
+def defining_objects(out: Path) -> dict[str, set[str]]:
+    """Function name (without the suffixes of clones and parts) -> the objects of vmlinux.a that define one of that
+    name (llvm-nm reads Clang's objects and its LTO bitcode alike)."""
+    archive = Path(out) / "vmlinux.a"
+    if not archive.is_file():
+        return {}
+    members = [m for m in proc.capture(["ar", "t", archive], timeout=120).split() if m.endswith(".o") and (Path(out) / m).is_file()]
+    where: dict[str, set[str]] = {}
+    for i in range(0, len(members), 400):
+        chunk = members[i:i + 400]
+        text = proc.capture([f"llvm-nm-{LLVM}", "--defined-only", *chunk], cwd=Path(out), timeout=600)
+        obj = chunk[0] if len(chunk) == 1 else ""
+        for line in text.splitlines():
+            if line.endswith(".o:") and not line.startswith(" "):
+                obj = line[:-1]
+                continue
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "tTwW":
+                where.setdefault(base_name(parts[2]), set()).add(obj)
+    return where
+
+
+def across_objects(c: Promotion, where: dict[str, set[str]]) -> bool:
+    """The target is defined in none of the objects that define the caller: a call only optimization across objects
+    (ThinLTO's imports) could promote. Unknown names count as not across."""
+    a, b = where.get(base_name(c.caller), set()), where.get(base_name(c.callee), set())
+    return bool(a and b) and not (a & b)
+
+
 def check(out: Path, profile: Path) -> dict[str, Any]:
     """The proof record of an optimized Clang build in `out` made with the sample profile `profile`."""
     funcs = read_functions(Path(profile) / PROFILE_FILE)
@@ -285,6 +314,7 @@ def check(out: Path, profile: Path) -> dict[str, Any]:
         with_remarks += bool(names)
         applied |= {base_name(n) for n in names}
         promoted += calls
+    where = defining_objects(out) if promoted else {}
     sampled = [f for f in funcs if f.total > 0]
     total = sum(f.total for f in sampled)
     got = [f for f in sampled if base_name(f.name) in applied]
@@ -301,7 +331,8 @@ def check(out: Path, profile: Path) -> dict[str, Any]:
         "records_with_samples": with_remarks,
         "missing_hottest": [{"function": f.name, "samples": f.total} for f in missing],
         "promoted_calls": len(promoted),
-        "promoted_hottest": [{"caller": c.caller, "callee": c.callee, "count": c.count, "of": c.total}
+        "promoted_across_objects": sum(across_objects(c, where) for c in promoted),
+        "promoted_hottest": [{"caller": c.caller, "callee": c.callee, "count": c.count, "of": c.total, "across_objects": across_objects(c, where)}
                              for c in sorted(promoted, key=lambda c: -c.count)[:TOP]],
     }
 
@@ -314,6 +345,7 @@ def enforce(record: dict[str, Any], out: Path) -> None:
 
 
 def summary_line(record: dict[str, Any]) -> str:
-    promoted = f"; {record['promoted_calls']:,} indirect calls promoted" if record.get("promoted_calls") else ""
+    promoted = (f"; {record['promoted_calls']:,} indirect calls promoted ({record.get('promoted_across_objects', 0):,} to a target in "
+                "another object)") if record.get("promoted_calls") else ""
     return (f"Clang applied the profile to {record['functions_applied']:,} of {record['functions_sampled']:,} sampled functions "
             f"({record['share_samples']:.1%} of the samples){promoted}")
