@@ -544,10 +544,7 @@ def bench(
         raise UserError(f"the baseline kernel {base} is not measured on {', '.join(missing)}", "every workload needs the baseline")
     builds: dict[str, dict] = {}
     for k in kernels:
-        m = kbuild.read_build_json(k.build_dir)
-        if m is None or not m.get("ok"):
-            raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
-        builds[k.label] = m
+        builds[k.label] = kbuild.load_build(k.build_dir, "build it with `kpgo build`")
         workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
     by_name = {w.name: w for w in wls}
     choice = sim if isinstance(sim, SimChoice) else SimChoice("on" if sim is not None else "off", sim)

@@ -259,8 +259,10 @@ def _build_info(m: dict) -> dict:
 
 def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
     """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
+    from kpgo.gcov.profile import read_profile_json
+
     raw = profiles / f"{wl.name}.raw"
-    have = collect.load_profile_json(raw)
+    have = read_profile_json(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
     same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
     if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
@@ -306,7 +308,7 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
     dst = rd / "profiles" / label
     inputs = [rd / "profiles" / n for n in names]
-    have = read_profile_json(dst).get("merged", {})
+    have = read_profile_json(dst, strict=False).get("merged", {})
     if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in inputs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
@@ -316,11 +318,11 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
 def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
-    from kpgo.gcov.profile import fix_profile, profile_stats
+    from kpgo.gcov.profile import fix_profile, profile_stats, read_profile_json
 
     raw = profiles / f"{wl.name}.raw"
     fixed = profiles / wl.name
-    have = collect.load_profile_json(fixed)
+    have = read_profile_json(fixed, strict=False)
     # "left_out" in "fixed": fixed by a kpgo that leaves the gcov code's counters out (an older fix is redone)
     if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "left_out" in have.get("fixed", {}):
         say(f"profile fix {wl.name}: up to date in {fixed}")
