@@ -7,7 +7,6 @@ after warm-up, snapshot every .gcda, and write a profile directory:
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 import time

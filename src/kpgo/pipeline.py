@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, client, collect, variants, vm, workloads
+from kpgo import atomic, bench, client, collect, inputs, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import KpgoError, UserError
 from kpgo.guest.contract import Workload
@@ -96,6 +96,7 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, r: dict[str, Any], run_dir: Path) -> RunOptions:
+        inputs.check({"request": r}, {"request": REQUEST_SHAPE}, run_dir / "run.json", "re-run the `kpgo run` command that made it (cached steps are kept)")
         try:  # a run.json without "client" was written before --client existed: its clients ran in the guest
             return cls(
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
@@ -109,6 +110,13 @@ class RunOptions:
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{run_dir / 'run.json'}: its request is incomplete or damaged ({e!r})",
                             "re-run the `kpgo run` command that made it (cached steps are kept)") from None
+
+
+# run.json's "request" as to_json writes it (optional: the keys of options added since), for from_json.
+REQUEST_SHAPE = {"source": (str, None), "base": (str, None), "config": (str, None), "fragment": [str], "jobs": int, "workload": str,
+                 "set": [str], "client?": str, "boots": int, "runs": int, "order": str, "seed": (int, None), "sim": (bool, None),
+                 "sim_opt": [str], "cpus": (int, None), "memory": str, "guest_timeout": float, "study": [str], "partial_training?": bool,
+                 "values?": bool, "hot_share?": (float, None), "precision?": (float, None), "max_boots?": int, "max_time?": (float, None)}
 
 
 @dataclass(frozen=True)
@@ -307,13 +315,13 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
     from kpgo.gcov.profile import read_profile_json
 
     dst = rd / "profiles" / label
-    inputs = [rd / "profiles" / n for n in names]
+    srcs = [rd / "profiles" / n for n in names]
     have = read_profile_json(dst, strict=False).get("merged", {})
-    if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in inputs] and have.get("normalize") == normalize:
+    if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in srcs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
     shutil.rmtree(dst, ignore_errors=True)
-    return merge_profiles(inputs, dst, normalize=normalize)
+    return merge_profiles(srcs, dst, normalize=normalize)
 
 
 def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:

@@ -16,7 +16,6 @@ from kpgo.errors import UserError
 from kpgo.gcov.gcda import DAMAGED_GCNO_HINT, DAMAGED_HINT, Image, make_image
 
 
-
 def gcda_rels(src: str | os.PathLike[str]) -> list[str]:
     """Relative paths ('/'-separated) of the .gcda files under src, sorted; hidden files and directories (our own
     temporary outputs) skipped, symbolic links to directories not followed (as os.walk)."""
