@@ -161,7 +161,7 @@ def load_build(out: Path, hint: str) -> dict:
     path = out / "build.json"
     if not os.path.lexists(path):
         raise UserError(f"{out} holds no complete kpgo build (no build.json)", hint)
-    build: dict = inputs.read_json(path, f"{hint}; the build of an interrupted or older kpgo is redone", BUILD_SHAPE)
+    build: dict = inputs.read_json(path, hint, BUILD_SHAPE)
     if not build["ok"]:
         raise UserError(f"{path}: the build did not complete (ok is false)", hint)
     img = image(out)

@@ -51,7 +51,7 @@ def resolve(base: str | None, config_file: Path | None, fragments: list[Path]) -
             raise UserError(f"config file {config_file} not found", "pass an existing .config to --config")
         read_options(config_file, "config file")
         return ConfigSpec(config_file.stem, None, (config_file.resolve(), *[f.resolve() for f in fragments]))
-    name = base or "server"
+    name = "server" if base is None else base  # an empty --base is refused below, not taken for the default
     path = _configs_dir() / f"{name}.config"
     if name not in base_names():
         raise UserError(f"unknown base config '{name}'", f"choose one of: {', '.join(base_names())}, or pass --config FILE")
