@@ -114,6 +114,14 @@ def _profile_digest(profile: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _files_digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        data = inputs.read_bytes(f, "pass an existing file", inputs.TEXT_LIMIT)
+        h.update(f"{f.name}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()[:16]
+
+
 def build_key(req: BuildRequest) -> str:
     v = req.variant
     parts: dict[str, object] = {
@@ -136,6 +144,9 @@ def build_key(req: BuildRequest) -> str:
         parts["values"] = values.plugin_digest()
     if req.call_graph is not None:  # the patched source's ident covers the patch; the order comes from these bytes
         parts["order"] = order.input_digest(order.recording(req.call_graph))
+    # The bytes of every file the build applies beyond the config (whose digest covers the user's files): the variant's
+    # file and the shipped fragments it adds (gcov, os, values). An edited fragment or variant file is another build.
+    parts["applied"] = _files_digest([v.path, *kconfig.variant_fragments(req.fragments)])
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
