@@ -382,7 +382,8 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     that buffer without a rebuild. Files that fail the whole-profile check go through the full parser."""
     src, dst = Path(src), Path(dst)
     if runs < 1 or runs > 0xFFFFFFFF:
-        raise UserError(f"--runs {runs} is out of range", "give a positive number of runs")
+        raise UserError(f"--summary-runs {runs} is out of range (the object summary holds 1 to 4294967295 runs)",
+                        "give a smaller --summary-runs")
     check_output(dst, inputs=[src])
     every = _rels_or_fail(src)
     apparatus = [r for r in every if is_apparatus(r)]  # in a profile collected before `kpgo collect` left them out
