@@ -54,12 +54,15 @@ STAT = {"mean?": NUM, "sd?": NUM, "cv?": NUM, "n?": int, "ratio?": NUM, "speedup
         "ci_includes_1?": (bool, None)}
 SAMPLE = {"kernel": str, "workload": str, "mean": float, "values?": [float], "round?": int, "cell_key?": str,
           "sim_per_op?": ({str: NUM}, None), "sim?": ([dict], None), "ops?": [NUM], "kernel_share?": [NUM]}
+DESIGN = {"order?": str, "order_name?": str, "seed?": (int, None), "boots_per_kernel?": int, "runs_per_boot?": int, "warmup_per_boot?": bool,
+          "unit_of_replication?": str, "interval?": str, "sequence?": [{"kernel": str, "workload": str, "round?": int}]}
 RESULTS_SHAPE = {
     "schema": int, "baseline": str,
     "kernels?": {str: {"build_dir?": (str, None), "kernel_release?": (str, None), "variant?": (str, None)}},
     "workloads": {str: {"summary": [{"kernel": str, **STAT}], "unit?": str, "higher_is_better?": bool, "params?": dict,
                         "kernels?": [str], "sim?": ({str: {str: STAT}}, None)}},
-    "samples?": [SAMPLE], "failed?": [dict], "design?": dict, "host?": dict, "hosts?": (dict, list), "measurement?": dict,
+    "samples?": [SAMPLE], "failed?": [dict], "design?": DESIGN, "host?": {str: (str, float, None)}, "hosts?": (dict, list),
+    "measurement?": {"accelerator?": (str, None), "clock?": (str, None), "sim?": ({str: (float, bool, None)}, None)},
     "geomean?": {str: {"speedup?": NUM, "ci_low?": NUM, "ci_high?": NUM, "workloads?": [str]}},
 }
 PROOF = {"ok?": bool, "ratio?": NUM, "threshold?": NUM}
