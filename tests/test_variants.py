@@ -90,7 +90,7 @@ def test_bad_variant_file_via_cli(tmp_path: Path, what: str, spec: dict, needle:
 def test_not_toml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("name = \n")
-    assert_one_line_error(kpgo("variants", "list", "--variant-file", bad), 1, "is not valid TOML")
+    assert_one_line_error(kpgo("variants", "list", "--variant-file", bad), 1, "bad.toml: not valid TOML")
     assert_one_line_error(kpgo("variants", "list", "--variant-file", tmp_path / "nope.toml"), 1, "nope.toml")
 
 

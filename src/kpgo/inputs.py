@@ -248,7 +248,7 @@ def _problem_kind(value: Any, shape: Shape) -> bool:
 
 def check(value: Any, shape: Shape, path: str | os.PathLike[str], hint: str) -> Any:
     """`value` (read from `path`) when it has `shape`; else a UserError naming the first place it differs."""
-    if isinstance(shape, dict) and not isinstance(value, dict):
+    if (shape is dict or isinstance(shape, dict)) and not isinstance(value, dict):
         raise UserError(f"{os.fspath(path)}: does not hold a JSON object (it holds {_describe(value)})", hint)
     p = _problem(value, shape, "")
     if p:

@@ -53,7 +53,7 @@ NUM = (float, None)  # a statistic: null where it cannot be formed (one boot, a 
 STAT = {"mean?": NUM, "sd?": NUM, "cv?": NUM, "n?": int, "ratio?": NUM, "speedup?": NUM, "ci_low?": NUM, "ci_high?": NUM,
         "ci_includes_1?": (bool, None)}
 SAMPLE = {"kernel": str, "workload": str, "mean": float, "values?": [float], "round?": int, "cell_key?": str,
-          "sim_per_op?": ({str: NUM}, None), "sim?": ([dict], None), "ops?": [NUM], "kernel_share?": [NUM]}
+          "sim_per_op?": ({str: float}, None), "sim?": ([dict], None), "ops?": [NUM], "kernel_share?": [NUM]}
 DESIGN = {"order?": str, "order_name?": str, "seed?": (int, None), "boots_per_kernel?": int, "runs_per_boot?": int, "warmup_per_boot?": bool,
           "unit_of_replication?": str, "interval?": str, "sequence?": [{"kernel": str, "workload": str, "round?": int}]}
 RESULTS_SHAPE = {
