@@ -14,6 +14,7 @@ API
     read_toml(path, hint, limit=...) -> dict         a TOML document
     check(value, shape, path, hint) -> value         value has `shape`, or a UserError naming where it differs
     kind(path) -> str | None                         what a non-regular path is ("a directory", "a FIFO", ...)
+    is_regular(path) -> bool                         a regular file (after links), not a FIFO, device or directory
 
 A shape is a type (int, float, str, bool, list, dict, object: anything; float takes ints; bool is not an int), None
 (JSON null), a tuple of shapes (any of them), [shape] (a list of them), {str: shape} (an object of any keys, each
@@ -28,7 +29,6 @@ import json
 import os
 import stat
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from kpgo.errors import UserError
@@ -264,10 +264,3 @@ def is_regular(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
 
-
-def describe_missing(path: Path, what: str) -> str:
-    """'does not exist' or 'is a FIFO (named pipe)' ...: the real reason `path` is not the `what` kpgo wants."""
-    k = kind(path)
-    if k is not None:
-        return f"{what} {path} is {k}"
-    return f"{what} {path} does not exist" if not os.path.lexists(path) else f"{what} {path} cannot be read"
