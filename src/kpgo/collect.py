@@ -22,7 +22,10 @@ from kpgo.progress import fmt_secs, say
 
 def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
     """build.json of an instrumented build whose config has what the workloads need; a UserError otherwise."""
-    build = kbuild.load_build(build_dir, "build one with `kpgo build --variant instrumented`")
+    hint = "build one with `kpgo build --variant instrumented`"
+    build = kbuild.load_build(build_dir, hint)
+    # what a profile.json records of its build (every build.json kbuild writes has them)
+    inputs.check(build, {"build_dir": str, "config_name": (str, None), "config_hash": str, "gcc": str}, build_dir / "build.json", hint)
     if not build.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
     workloads.check_kernel(wls, build_dir)

@@ -220,7 +220,7 @@ def _problem(value: Any, shape: Shape, where: str) -> str | None:
             return f"{where} is {_describe(value)}, expected an object"
         if str in shape:  # a map: any key, every value of one shape
             for k, item in value.items():
-                p = _problem(item, shape[str], f"{where}.{k}")
+                p = _problem(item, shape[str], f"{where}.{k}" if k.isidentifier() or k.replace("-", "").isalnum() else f"{where}[{k!r}]")
                 if p:
                     return p
             return None

@@ -151,8 +151,8 @@ def build_key(req: BuildRequest) -> str:
 
 
 # What kpgo reads of a build.json (build() writes it); other keys are passed on as they are.
-BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir": str, "config_name": (str, None),
-               "config_hash": str, "gcc": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict}
+BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir?": str, "config_name?": (str, None),
+               "config_hash?": str, "gcc?": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict}
 
 
 def read_build_json(out: Path) -> dict | None:
