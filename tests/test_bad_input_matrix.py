@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -237,6 +238,88 @@ def _make_builds_and_runs(w: World) -> None:
     (w.root / "a-file.txt").write_text("a file where a directory is expected\n")
 
 
+def _special(path: Path, kind: str) -> Path:
+    """A FIFO, a device (a link to /dev/zero: endless), a socket or a directory where kpgo expects a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))  # the socket file stays after the socket is closed
+    else:
+        path.mkdir()
+    return path
+
+
+def _make_bad_files(w: World) -> None:
+    """Every kind of file kpgo reads, given as a special file, binary garbage, a cut file or JSON of the wrong shape."""
+    f = w.root / "f"
+    garbage = bytes(range(128, 256)) * 2
+    meta = {"kind": "kernel-gcov-profile", "config_name": "tiny", "kernel_release": KERNEL_VERSION, "build_key": "k"}
+    for name, kind in (("gcda-fifo", "fifo"), ("gcda-device", "device"), ("gcda-socket", "socket")):
+        _special(_copy(w.m0, f / name) / "kernel" / "extra.gcda", kind)
+    for name, kind in (("pj-fifo", "fifo"), ("pj-dir", "dir")):
+        _special(_copy(w.m0, f / name) / "profile.json", kind)
+    (_copy(w.m0, f / "pj-binary") / "profile.json").write_bytes(garbage)
+    _copy(w.m0, f / "pj-config-list", meta | {"config_name": ["tiny"]})
+    _copy(w.m0, f / "pj-merged-text", {"merged": {"inputs": "m0,m1"}})
+    for name, kind in (("gcno-fifo", "fifo"), ("gcno-device", "device")):
+        shutil.copytree(w.gcc_build, f / name)
+        _special(f / name / "main.gcno", kind)
+    # builds: build.json and the kernel image
+    good = json.loads((w.instr / "build.json").read_text())
+    for name, data in (("bj-binary", garbage), ("bj-key-number", json.dumps(good | {"key": 5}).encode()),
+                       ("bj-list", b"[1, 2]\n"), ("bj-cut", json.dumps(good).encode()[:40]), ("no-image", None), ("image-fifo", None)):
+        d = f / "builds" / name
+        shutil.copytree(w.instr, d)
+        if data is not None:
+            (d / "build.json").write_bytes(data)
+    shutil.copytree(w.instr, f / "builds" / "bj-fifo")
+    _special(f / "builds" / "bj-fifo" / "build.json", "fifo")
+    (f / "builds" / "no-image" / "arch" / "x86" / "boot" / "bzImage").unlink()
+    _special(f / "builds" / "image-fifo" / "arch" / "x86" / "boot" / "bzImage", "fifo")
+    # run directories: run.json and bench/results.json
+    runs = f / "runs"
+    results = json.loads((w.run / "bench" / "results.json").read_text())
+    run_json = json.loads((w.run / "run.json").read_text())
+    wl = next(iter(results["workloads"]))
+    row_text = json.loads(json.dumps(results))
+    row_text["workloads"][wl]["summary"][0]["mean"] = "fast"
+    kernels_list = results | {"kernels": ["vanilla"]}
+    request_number = json.loads(json.dumps(run_json))
+    request_number.setdefault("request", {})["workload"] = 5
+    for name, rel, data in (("run-binary", "run.json", garbage), ("run-workloads-list", "run.json", json.dumps(run_json | {"workloads": [1]}).encode()),
+                            ("run-cut", "run.json", json.dumps(run_json).encode()[:100]),
+                            ("run-request-number", "run.json", json.dumps(request_number).encode()),
+                            ("results-row-text", "bench/results.json", json.dumps(row_text).encode()),
+                            ("results-kernels-list", "bench/results.json", json.dumps(kernels_list).encode()),
+                            ("run-fifo", "run.json", None), ("results-device", "bench/results.json", None), ("results-dir", "bench/results.json", None)):
+        shutil.copytree(w.run, runs / name)
+        if data is not None:
+            (runs / name / rel).write_bytes(data)
+    _special(runs / "run-fifo" / "run.json", "fifo")
+    _special(runs / "results-device" / "bench" / "results.json", "device")
+    _special(runs / "results-dir" / "bench" / "results.json", "dir")
+    # variant files, configs, call graphs
+    _special(f / "variant-fifo.toml", "fifo")
+    (f / "variant-binary.toml").write_bytes(garbage)
+    _special(f / "variant-dir.toml", "dir")
+    (f / "variant-deep.toml").write_text("flags = " + "[" * 100_000 + "\n")
+    _special(f / "fragment-fifo.config", "fifo")
+    (f / "fragment-binary.config").write_bytes(garbage)
+    _special(f / "config-dir.config", "dir")
+    _special(f / "callgraph-fifo.tsv", "fifo")
+    (f / "branches").mkdir()
+    (f / "branches" / "callgraph.tsv").write_text("caller\tcallee\tcalls\ttail_calls\n")
+    _special(f / "branches" / "profile.json", "fifo")
+
+
 def _make_tripwires(trip: Path) -> None:
     trip.mkdir()
     for name in TRIPWIRED:
@@ -285,6 +368,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     _make_profiles(w)
     _make_trees(w)
     _make_builds_and_runs(w)
+    _make_bad_files(w)
     _make_tripwires(w.trip)
     _make_read_only(w.ro)
     yield w
@@ -355,6 +439,14 @@ def collect(*more: str) -> Argv:
 
 def sensitivity(*more: str) -> Argv:
     return lambda w, t: ["study", "sensitivity", w.run, "--workload", "redis", *more]
+
+
+def bad(name: str) -> Callable[[World], Path]:
+    return lambda w: w.root / "f" / name
+
+
+def on_file(*argv: str | Callable[[World], Path]) -> Argv:
+    return lambda w, t: [a(w) if callable(a) else a.replace("T/", f"{t}/") for a in argv]
 
 
 def cfg(name: str) -> Callable[[World], Path]:
@@ -453,10 +545,13 @@ CASES: list[Case] = [
     C("merge-weights-all-zero", "options", "--weights 0,0", merge_with_m0("fit", "--weights", "0,0"), 1, "all zero"),
     C("merge-weights-nan", "options", "--weights nan,1", merge_with_m0("fit", "--weights", "nan,1"), 1, "'nan' must be a finite"),
     C("merge-runs-zero", "options", "profile merge --summary-runs 0", merge_with_m0("fit", "--summary-runs", "0"), 1, "--summary-runs", "at least 1"),
+    C("merge-runs-too-big", "options", "profile merge --summary-runs 2^32 (used to be taken as 2^32-1)",
+      merge_with_m0("fit", "--summary-runs", str(1 << 32)), 1, "--summary-runs 4294967296 is out of range"),
     C("merge-same-input-twice", "options", "the same profile given twice to merge",
       lambda w, t: ["profile", "merge", w.m0, w.m0, "-o", t / "out"], 1, "is given twice", "--weights"),
     C("fix-runs-zero", "options", "profile fix --summary-runs 0", fix("fit", "--summary-runs", "0"), 1, "--summary-runs", "at least 1"),
-    C("fix-runs-too-big", "options", "profile fix --summary-runs 2^32", fix("fit", "--summary-runs", str(1 << 32)), 1, "out of range"),
+    C("fix-runs-too-big", "options", "profile fix --summary-runs 2^32", fix("fit", "--summary-runs", str(1 << 32)), 1,
+      "--summary-runs 4294967296 is out of range"),
     C("bench-boots-zero", "options", "bench --boots 0", bench("--boots", "0"), 1, "--boots", "at least 1"),
     C("bench-runs-negative", "options", "bench --runs -1", bench("--runs=-1"), 1, "--runs", "at least 1"),
     C("build-jobs-zero", "options", "build -j 0", build("--base", "tiny", "-j", "0"), 1, "-j/--jobs", "at least 1"),
@@ -526,6 +621,8 @@ CASES: list[Case] = [
       build("--base", "tiny", "--partial-training"), 1, "only for --variant optimized"),
     C("build-profile-with-vanilla", "options", "build --profile with --variant vanilla",
       lambda w, t: ["build", "--source", w.linux, "--profile", w.p("fit"), "-o", t / "out"], 1, "--profile is only for --variant optimized"),
+    C("build-base-empty", "options", "build --base '' (used to be taken for server, and configured)", build("--base", ""), 1,
+      "unknown base config ''"),
     C("build-variant-unknown", "options", "build --variant fast", build("--variant", "fast"), 1, "unknown variant 'fast'", "kpgo variants list"),
 
     # ---- trees, configs, runs ----
@@ -575,11 +672,87 @@ CASES: list[Case] = [
     C("report-results-schema-1", "trees", "report on results.json of an older kpgo",
       lambda w, t: ["report", w.root / "runs" / "schema1", "-o", t / "out"], 1, "has schema 1"),
     C("report-results-not-json", "trees", "report on a cut results.json",
-      lambda w, t: ["report", w.root / "runs" / "bad-json", "-o", t / "out"], 1, "is not valid JSON"),
+      lambda w, t: ["report", w.root / "runs" / "bad-json", "-o", t / "out"], 1, "results.json: not valid JSON"),
     C("report-run-json-not-object", "trees", "report on a run.json holding a list",
       lambda w, t: ["report", w.root / "runs" / "not-object", "-o", t / "out"], 1, "does not hold a JSON object"),
     C("report-compare-missing", "trees", "report --compare a directory that does not exist",
       lambda w, t: ["report", w.run, "-o", t / "out", "--compare", w.root / "nope"], 1, "does not exist"),
+
+    # ---- files kpgo reads, given as a special file, binary garbage, a cut file or JSON of the wrong shape ----
+    C("stats-gcda-fifo", "files", "a FIFO named .gcda in a profile (used to hang)", on_file("profile", "stats", bad("gcda-fifo")), 1,
+      "extra.gcda: is a FIFO (named pipe), not a regular file", outs=NONE),
+    C("fix-gcda-device", "files", "a link to /dev/zero named .gcda (used to read until memory ran out)",
+      on_file("profile", "fix", bad("gcda-device"), "-o", "T/out"), 1, "extra.gcda: is a character device"),
+    C("merge-gcda-socket", "files", "a socket named .gcda in a merge input (used to say 'No such device or address')",
+      lambda w, t: ["profile", "merge", w.m0, w.root / "f" / "gcda-socket", "-o", t / "out"], 1, "extra.gcda: is a socket"),
+    C("fix-profile-json-fifo", "files", "profile.json a FIFO (used to hang)", on_file("profile", "fix", bad("pj-fifo"), "-o", "T/out"), 1,
+      "profile.json: is a FIFO"),
+    C("fix-profile-json-dir", "files", "profile.json a directory (used to say 'not valid JSON ([Errno 21] ...)')",
+      on_file("profile", "fix", bad("pj-dir"), "-o", "T/out"), 1, "profile.json: is a directory"),
+    C("fix-profile-json-binary", "files", "profile.json binary garbage", on_file("profile", "fix", bad("pj-binary"), "-o", "T/out"), 1,
+      "profile.json: not text"),
+    C("build-profile-json-wrong-type", "files", "an optimized build's profile.json with config_name a list (used to say 'collected on a ['tiny'] kernel')",
+      lambda w, t: ["build", "--source", w.linux, "--base", "tiny", "--variant", "optimized", "--profile", w.root / "f" / "pj-config-list",
+                    "-o", t / "out"], 1, "profile.json: config_name is a list, expected a string or null"),
+    C("merge-profile-json-wrong-type", "files", "a merge input's profile.json whose merged.inputs is text",
+      lambda w, t: ["profile", "merge", w.m1, w.root / "f" / "pj-merged-text", "-o", t / "out"], 1, "merged.inputs is the string"),
+    C("check-gcno-fifo", "files", "profile check --build with a FIFO named .gcno (used to hang)",
+      lambda w, t: ["profile", "check", w.m0, "--build", w.root / "f" / "gcno-fifo"], 1, "main.gcno: is a FIFO", outs=NONE),
+    C("compare-gcno-device", "files", "profile compare --build with a link to /dev/zero named .gcno (used to read until memory ran out)",
+      lambda w, t: ["profile", "compare", w.m0, w.m1, "--build", w.root / "f" / "gcno-device"], 1, "main.gcno: is a character device", outs=NONE),
+    C("bench-build-json-fifo", "files", "bench of a build whose build.json is a FIFO (used to hang)",
+      on_file("bench", "--kernel", lambda w: w.root / "f" / "builds" / "bj-fifo", "-o", "T/out"), 1, "build.json: is a FIFO"),
+    C("collect-build-json-binary", "files", "collect from a build whose build.json is binary garbage (used to say 'no build.json')",
+      on_file("collect", bad("builds/bj-binary"), "-o", "T/out"), 1, "build.json: not text"),
+    C("bench-build-json-wrong-type", "files", "bench of a build whose build.json has a key of the wrong type",
+      on_file("bench", "--kernel", bad("builds/bj-key-number"), "-o", "T/out"), 1, "build.json: key is the number 5, expected a string"),
+    C("collect-build-json-list", "files", "collect from a build whose build.json holds a list (used to raise AttributeError)",
+      on_file("collect", bad("builds/bj-list"), "-o", "T/out"), 1, "build.json: does not hold a JSON object"),
+    C("bench-build-json-cut", "files", "bench of a build whose build.json is cut short (used to say 'no complete kpgo build')",
+      on_file("bench", "--kernel", bad("builds/bj-cut"), "-o", "T/out"), 1, "build.json: not valid JSON"),
+    C("bench-build-without-image", "files", "bench of a build without its kernel image (used to start the bench, each boot failing)",
+      on_file("bench", "--kernel", bad("builds/no-image"), "-o", "T/out"), 1, "kernel image arch/x86/boot/bzImage is missing"),
+    C("collect-image-fifo", "files", "collect from a build whose kernel image is a FIFO (used to fail at the boot, leaving a .failed-logs directory)",
+      on_file("collect", bad("builds/image-fifo"), "-o", "T/out"), 1, "bzImage is a FIFO"),
+    C("report-run-json-fifo", "files", "report on a run whose run.json is a FIFO (used to hang)",
+      on_file("report", bad("runs/run-fifo"), "-o", "T/out"), 1, "run.json: is a FIFO"),
+    C("report-results-device", "files", "report on a run whose results.json is a link to /dev/zero (used to read until memory ran out)",
+      on_file("report", bad("runs/results-device"), "-o", "T/out"), 1, "results.json: is a character device"),
+    C("report-results-dir", "files", "report on a run whose results.json is a directory (used to say 'cannot read ... Is a directory')",
+      on_file("report", bad("runs/results-dir"), "-o", "T/out"), 1, "results.json: is a directory"),
+    C("report-run-json-binary", "files", "report on a run.json of binary garbage (used to raise UnicodeDecodeError)",
+      on_file("report", bad("runs/run-binary"), "-o", "T/out"), 1, "run.json: not text"),
+    C("report-run-json-wrong-type", "files", "report on a run.json whose workloads is a list (used to raise AttributeError)",
+      on_file("report", bad("runs/run-workloads-list"), "-o", "T/out"), 1, "run.json: workloads is a list, expected an object"),
+    C("report-results-value-wrong-type", "files", "report on results.json with a mean that is text (used to draw a report with it)",
+      on_file("report", bad("runs/results-row-text"), "-o", "T/out"), 1, "summary[0].mean is the string 'fast'"),
+    C("report-results-kernels-list", "files", "report on results.json whose kernels is a list (used to raise TypeError)",
+      on_file("report", bad("runs/results-kernels-list"), "-o", "T/out"), 1, "results.json: kernels is a list"),
+    C("study-run-json-fifo", "files", "study share on a run whose run.json is a FIFO (used to hang)",
+      on_file("study", "share", bad("runs/run-fifo")), 1, "run.json: is a FIFO", outs=NONE),
+    C("study-run-json-cut", "files", "study universal on a run.json cut short", on_file("study", "universal", bad("runs/run-cut")), 1,
+      "run.json: not valid JSON", outs=NONE),
+    C("study-request-wrong-type", "files", "study sensitivity on a run.json whose request names its workload by a number",
+      on_file("study", "sensitivity", bad("runs/run-request-number"), "--workload", "redis", "--vary", "clients=1,2"), 1,
+      "request.workload is the number 5", outs=NONE),
+    C("build-variant-file-fifo", "files", "build --variant-file a FIFO (used to hang)",
+      build("--base", "tiny", "--variant-file", bad("variant-fifo.toml"), "--variant", "mine"), 1, "variant-fifo.toml: is a FIFO"),
+    C("build-variant-file-binary", "files", "build --variant-file of binary garbage", build("--base", "tiny", "--variant-file", bad("variant-binary.toml")), 1,
+      "variant-binary.toml: not text"),
+    C("build-variant-file-dir", "files", "build --variant-file a directory (used to say 'Is a directory')",
+      build("--base", "tiny", "--variant-file", bad("variant-dir.toml")), 1, "variant-dir.toml: is a directory"),
+    C("build-variant-file-deep", "files", "build --variant-file nested 100,000 deep (used to raise RecursionError)",
+      build("--base", "tiny", "--variant-file", bad("variant-deep.toml")), 1, "not valid TOML"),
+    C("build-fragment-fifo", "files", "build --fragment a FIFO (used to say 'not found')",
+      build("--base", "tiny", "--fragment", bad("fragment-fifo.config")), 1, "fragment-fifo.config: is a FIFO"),
+    C("build-fragment-binary", "files", "build --fragment of binary garbage (used to blame its line 1)",
+      build("--base", "tiny", "--fragment", bad("fragment-binary.config")), 1, "fragment-binary.config: not text"),
+    C("build-config-dir", "files", "build --config a directory (used to say 'not found')", build("--config", bad("config-dir.config")), 1,
+      "config-dir.config: is a directory"),
+    C("build-call-graph-fifo", "files", "build --call-graph a FIFO (used to say 'not found')",
+      build("--base", "tiny", "--variant", "order", "--call-graph", bad("callgraph-fifo.tsv")), 1, "callgraph-fifo.tsv is a FIFO"),
+    C("build-call-graph-manifest-fifo", "files", "build --call-graph a directory whose profile.json is a FIFO (used to hang)",
+      build("--base", "tiny", "--variant", "order", "--call-graph", bad("branches")), 1, "profile.json: is a FIFO"),
 
     # ---- outputs ----
     C("fix-output-exists", "outputs", "profile fix -o an existing directory (another profile)",

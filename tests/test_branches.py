@@ -259,7 +259,7 @@ def test_truncated_records_are_one_line(good_records: Path, tmp_path: Path, keep
 
 def test_other_bad_records_are_one_line(good_records: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.rec"
-    for content, needle in ((b"hello world" * 40, "not a kpgo branch records file"), (None, "no branch records file")):
+    for content, needle in ((b"hello world" * 40, "not a kpgo branch records file"), (None, "missing.rec: does not exist")):
         if content is not None:
             bad.write_bytes(content)
         with pytest.raises(UserError) as e:
@@ -325,7 +325,10 @@ def test_collect_branches_bad_input_is_one_line(tmp_path: Path) -> None:
     """Before any boot: --branch-period without --branches, a directory that holds no build, a build without its vmlinux."""
     assert_one_line_error(kpgo("collect", tmp_path, "--branch-period", "64", "-o", tmp_path / "out"), 1, "--branch-period is for --branches")
     assert_one_line_error(kpgo("collect", tmp_path, "--branches", "--workload", "redis", "-o", tmp_path / "out"), 1, "no complete kpgo build")
-    (tmp_path / "build.json").write_text(json.dumps({"ok": True, "kernel_release": "6.12"}))
+    (tmp_path / "build.json").write_text(json.dumps({"ok": True, "kernel_release": "6.12", "key": "k", "variant": "vanilla", "build_dir": str(tmp_path),
+                                                     "config_name": "tiny", "config_hash": "0", "gcc": "12.2.0"}))
+    (tmp_path / "arch" / "x86" / "boot").mkdir(parents=True)
+    (tmp_path / "arch" / "x86" / "boot" / "bzImage").write_bytes(b"a complete build but for its vmlinux")
     assert_one_line_error(kpgo("collect", tmp_path, "--branches", "--workload", "redis", "-o", tmp_path / "out"), 1, "has no vmlinux")
     assert_one_line_error(kpgo("collect", tmp_path, "--branches", "--cluster", "local", "-o", tmp_path / "out"), 1, "not run on a cluster")
     assert not (tmp_path / "out").exists()

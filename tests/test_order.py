@@ -283,7 +283,7 @@ BAD = [
     ("no header", "a\tb\t1\t0\n", {}, "not a kpgo call graph"),
     ("bad columns", HEADER + "f2\tf1\tmany\t0\n", {}, ":2: not CALLER"),
     ("empty", HEADER, {}, "holds no calls"),
-    ("binary", None, {}, "not a kpgo call graph"),
+    ("binary", None, {}, "callgraph.tsv: not text"),
     ("other kernel", HEADER + "f2\tf1\t1\t0\n", {"build_id": "00" * 20}, "is not the kernel the call graph"),
     ("kernel gone", HEADER + "f2\tf1\t1\t0\n", {"vmlinux": "/nonexistent/vmlinux", "build_dir": "/nonexistent"}, "is gone"),
     ("not a branch profile", HEADER + "f2\tf1\t1\t0\n", {"kind": "gcov"}, "is not a branch profile"),
@@ -306,7 +306,7 @@ def test_bad_call_graphs_are_one_line_errors_before_any_build(tmp_path: Path, sm
 def test_a_call_graph_without_its_manifest_or_for_the_wrong_variant(tmp_path: Path, small_elf: Path) -> None:
     lone = tmp_path / "lone.tsv"
     lone.write_text(HEADER + "f2\tf1\t1\t0\n")
-    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "order", "--call-graph", lone, "--dry-run"), 1, "no readable profile.json")
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "order", "--call-graph", lone, "--dry-run"), 1, "has no profile.json beside it")
     assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "order", "--call-graph", tmp_path / "nope", "--dry-run"), 1, "not found")
     assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "order", "--dry-run"), 1, "none was given")
     d = profile_dir(tmp_path, small_elf, HEADER + "f2\tf1\t1\t0\n")

@@ -91,7 +91,7 @@ def test_default_run_dir_names_the_workloads_once() -> None:
 @pytest.mark.parametrize("change, needle", [
     ({"study": ["cross"], "workload": "redis", "set": []}, "needs two or more workloads"),
     ({"sim_opt": ["bogus=1"]}, "bogus=1"),
-    ({"boots": None}, "incomplete or damaged"),
+    ({"boots": None}, "request.boots is null, expected an integer"),
     ({"workload": "nosuch"}, "unknown workload"),
 ])
 def test_a_damaged_request_is_refused_in_one_line(change: dict, needle: str) -> None:

@@ -90,7 +90,7 @@ def test_bad_variant_file_via_cli(tmp_path: Path, what: str, spec: dict, needle:
 def test_not_toml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("name = \n")
-    assert_one_line_error(kpgo("variants", "list", "--variant-file", bad), 1, "is not valid TOML")
+    assert_one_line_error(kpgo("variants", "list", "--variant-file", bad), 1, "bad.toml: not valid TOML")
     assert_one_line_error(kpgo("variants", "list", "--variant-file", tmp_path / "nope.toml"), 1, "nope.toml")
 
 
@@ -232,11 +232,13 @@ def test_dry_run_profile_variant(tmp_path: Path) -> None:
     assert ("KPGO_REUSE=zero" in lines[-1] and f"'CC=sh {kbuild.REUSE_CC}'" in lines[-1]) == bool(shutil.which("ccache"))
 
 
-# build_key of a fixed request, computed by main's code before variants were data (commit 5605b02), GCC 12.2.0:
-# an existing build directory of these variants must stay up to date. optimized_pt changed on purpose (session 12):
-# partial training adds -Wno-error, without which the server kernel failed to build (variants.PARTIAL_TRAINING_FLAGS).
-GOLDEN = {"vanilla": "e2d2c50b08958b56c2e4", "instrumented": "7b014182663bb3aab712", "optimized": "79f8bdb83cf9af933b38",
-          "optimized_pt": "3fca93795eaca2944f81", "vanilla_g": "a8df8de7665d649d29f6"}
+# build_key of a fixed request, GCC 12.2.0: an existing build directory of these variants stays up to date while
+# nothing it is built from changes. All five changed on purpose when the key came to hold the bytes of the variant's
+# file and of the fragments it adds (kbuild._files_digest; issue 38): before, an edited gcov.config or variant file
+# reused the build made from the old one. (optimized_pt had changed before, when partial training added -Wno-error.)
+# So these values also change whenever vanilla.toml, instrumented.toml, optimized.toml or gcov.config is edited.
+GOLDEN = {"vanilla": "cd8ef47b44656b815318", "instrumented": "c23c123ab3f83bc804c9", "optimized": "e105ac9d365bc919a1b7",
+          "optimized_pt": "e04a235497b2478c22c6", "vanilla_g": "811f4208c5b119d44a5a"}
 
 
 def test_build_keys_of_existing_builds_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,6 +264,36 @@ def test_build_keys_of_existing_builds_unchanged(tmp_path: Path, monkeypatch: py
     # every other variant is a build of its own
     others = [key(n, variants.get(n).profile) for n in variants.names() if n not in ("vanilla", "instrumented", "optimized")]
     assert len(set(others) | set(GOLDEN.values())) == len(others) + len(GOLDEN)
+
+
+def test_build_key_holds_the_bytes_of_every_file_applied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same names and paths with other bytes are another build: a user's fragment, the variant's file, and the
+    shipped fragment the variant adds (gcov.config for the instrumented kernel)."""
+    monkeypatch.setattr(variants, "_version", lambda command, family: "12.2.0")
+    configs = tmp_path / "configs"
+    shutil.copytree(kconfig._configs_dir(), configs)
+    monkeypatch.setattr(kconfig, "_configs_dir", lambda: configs)
+    frag, vfile = tmp_path / "net.config", tmp_path / "mine.toml"
+    frag.write_text("CONFIG_NET=y\n")
+    vfile.write_text((variants._dir() / "o3.toml").read_text().replace('name = "o3"', 'name = "mine"'))
+    src = KernelSource(Path("/nonexistent"), "6.12.117", "0123456789abcdef")
+
+    def keys() -> tuple[str, str, str]:
+        spec = kconfig.ConfigSpec("tiny", "tinyconfig", (configs / "tiny.config", frag))
+        return tuple(kbuild.build_key(kbuild.BuildRequest(src, spec, variants.get(n, [vfile]), tmp_path / "out")) for n in ("vanilla", "mine", "instrumented"))  # type: ignore[return-value]
+
+    before = keys()
+    assert len(set(before)) == 3
+    frag.write_text("CONFIG_NET=m\n")  # the user's fragment: every build
+    after_frag = keys()
+    assert all(a != b for a, b in zip(before, after_frag))
+    with vfile.open("a") as f:  # the variant file (a comment: nothing else differs)
+        f.write("# edited\n")
+    after_variant = keys()
+    assert [a != b for a, b in zip(after_frag, after_variant)] == [False, True, False]
+    with (configs / "gcov.config").open("a") as f:  # the fragment only the instrumented variant adds
+        f.write("CONFIG_GCOV_FORMAT_AUTODETECT=y\n")
+    assert [a != b for a, b in zip(after_variant, keys())] == [False, False, True]
 
 
 def test_build_json_compiler_record() -> None:

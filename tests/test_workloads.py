@@ -69,7 +69,7 @@ def test_a_bad_workload_file_is_refused_when_it_loads(tmp_path: Path, monkeypatc
     assert "redis.toml: the file: unknown key 'warmpu'" in e.value.message and "docs/WORKLOADS.md" in e.value.hint
     with pytest.raises(UserError) as e:
         workloads.load("broken")
-    assert "is not valid TOML" in e.value.message
+    assert "broken.toml: not valid TOML" in e.value.message
 
 
 def test_overrides_plain_scoped_and_typed() -> None:

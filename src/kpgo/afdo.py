@@ -15,7 +15,6 @@ their .gcda does."""
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, proc
+from kpgo import atomic, inputs, proc
 from kpgo.errors import InfraError, UserError
 
 SAMPLE_KIND = "kernel-sample-profile"
@@ -81,28 +80,28 @@ def base_name(symbol: str) -> str:
     return symbol.split(".", 1)[0] if not symbol.startswith(".") else symbol
 
 
+HINT = "make the profile with `kpgo profile afdo BRANCH_DIR... -o DIR`"
+# profile.json of a sample profile as make() writes it (what the build and stats read of it)
+MANIFEST_SHAPE = {"kind": str, "build_id?": (str, None), "vmlinux?": str, "functions?": int, "samples?": int, "normalized?": bool,
+                  "inputs?": [{"dir": str, "workload?": (str, dict, None), "weight": (int, float), "llvm_weight?": int, "samples?": int}],
+                  "tools?": {str: str}, "hot_functions?": [{"function": str, "samples": int}]}
+
+
 def read_functions(path: Path) -> list[SampleFunction]:
-    try:
-        text = path.read_text(errors="strict")
-    except OSError as e:
-        raise UserError(f"{path}: {e.strerror or e}", "make the profile with `kpgo profile afdo`") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a text sample profile", "make the profile with `kpgo profile afdo`") from None
-    return parse_text(text)
+    return parse_text(inputs.read_text(path, HINT, inputs.BINARY_LIMIT))  # the server kernel's is tens of MiB
 
 
 def read_profile(path: Path) -> dict[str, Any]:
     """A sample profile directory's manifest, checked: its kind, and the profile file beside it."""
     path = Path(path)
-    try:
-        manifest = json.loads((path / "profile.json").read_text())
-    except (OSError, ValueError):
-        raise UserError(f"{path} holds no readable profile.json", "give a directory written by `kpgo profile afdo`") from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != SAMPLE_KIND:
-        kind = manifest.get("kind") if isinstance(manifest, dict) else None
-        raise UserError(f"{path} is not a Clang sample profile (profile.json kind {kind!r})", "make one with `kpgo profile afdo BRANCH_DIR... -o DIR`")
+    if not (path / "profile.json").exists():
+        raise UserError(f"{path} holds no profile.json", HINT)
+    manifest = inputs.read_json(path / "profile.json", HINT, dict)
+    if manifest.get("kind") != SAMPLE_KIND:
+        raise UserError(f"{path} is not a Clang sample profile (profile.json kind {manifest.get('kind')!r})", HINT)
+    inputs.check(manifest, MANIFEST_SHAPE, path / "profile.json", HINT)
     if not (path / PROFILE_FILE).is_file():
-        raise UserError(f"the sample profile {path} lacks {PROFILE_FILE}", "make it again with `kpgo profile afdo`")
+        raise UserError(f"the sample profile {path} lacks {PROFILE_FILE}", HINT)
     return manifest
 
 
@@ -138,10 +137,12 @@ def lto_ldflags(out: Path | None) -> list[str]:
 
 
 def is_sample_profile(path: Path) -> bool:
+    """Whether `path` says it is a sample profile (its profile.json's kind); anything unreadable is not."""
     try:
-        return bool(json.loads((Path(path) / "profile.json").read_text()).get("kind") == SAMPLE_KIND)
-    except (OSError, ValueError, AttributeError):
+        manifest = inputs.read_json(Path(path) / "profile.json", HINT, missing_ok=True)
+    except UserError:
         return False
+    return isinstance(manifest, dict) and manifest.get("kind") == SAMPLE_KIND
 
 
 def _weights(totals: Sequence[int], weights: Sequence[float], normalize: bool) -> list[int]:

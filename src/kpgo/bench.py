@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kpgo import atomic, host, stats, vm, workloads
+from kpgo import atomic, host, inputs, stats, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
@@ -265,18 +265,19 @@ def _block_id(cell_keys: Iterable[str]) -> str:
 
 
 PLAN = "plan.json"
+SAMPLE_SHAPE = {"cell_key": str, "kernel": str, "workload": str, "mean": float, "values": [float], "block?": str}  # what is reused of a boot
 
 
 def _earlier_plan(out: Path) -> dict[str, Any]:
     """What an earlier bench in `out` planned: its plan.json (written before its first boot), or for a bench of before
     plan.json its results.json's design; {} when there is none or it cannot be read."""
-    for name, get in ((PLAN, lambda d: d), ("results.json", lambda d: d["design"])):
+    for name, shape in ((PLAN, {"seed": int}), ("results.json", {"design": {"seed": int}})):
         try:
-            d = get(json.loads((out / name).read_text()))
-            if isinstance(d, dict) and isinstance(d.get("seed"), int):
-                return d
-        except (OSError, ValueError, KeyError, TypeError):
+            d = inputs.read_json(out / name, "", shape, missing_ok=True)
+        except UserError:  # unusable: the plan is made afresh, as for a new bench
             continue
+        if d is not None:
+            return d if name == PLAN else d["design"]
     return {}
 
 
@@ -302,9 +303,9 @@ def _boots_of(out: Path, steps: list[dict[str, Any]], keys: dict[tuple[str, str]
     for step in steps:
         bootdir = out / "boots" / f"{step['round']:02d}-{step['workload']}-{step['kernel']}"
         key = keys[(step["kernel"], step["workload"])]
-        try:
-            rec = json.loads((bootdir / "sample.json").read_text())
-        except (OSError, ValueError):
+        try:  # an unusable sample (a FIFO, a cut file) is measured again, like a missing one
+            rec = inputs.read_json(bootdir / "sample.json", "", SAMPLE_SHAPE, missing_ok=True)
+        except UserError:
             rec = None
         ok = isinstance(rec, dict) and rec.get("cell_key") == key
         # A boot of a different set of cells ran in another block, at another time: not comparable (see _block_id).
@@ -544,10 +545,7 @@ def bench(
         raise UserError(f"the baseline kernel {base} is not measured on {', '.join(missing)}", "every workload needs the baseline")
     builds: dict[str, dict] = {}
     for k in kernels:
-        m = kbuild.read_build_json(k.build_dir)
-        if m is None or not m.get("ok"):
-            raise UserError(f"{k.build_dir} holds no complete kpgo build", "build it with `kpgo build`")
-        builds[k.label] = m
+        builds[k.label] = kbuild.load_build(k.build_dir, "build it with `kpgo build`")
         workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
     by_name = {w.name: w for w in wls}
     choice = sim if isinstance(sim, SimChoice) else SimChoice("on" if sim is not None else "off", sim)

@@ -12,6 +12,7 @@ UserError before anything else is read, and so is a truncated file."""
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -19,8 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kpgo import inputs
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import codesize
+
+RECORD_AGAIN = "record it again (`kpgo collect BUILD_DIR --branches`)"
 
 RECORDS_FORMAT = 1
 MAGIC = b"KPGOBRN\0"
@@ -96,12 +100,7 @@ def read_records(path: Path, build_id: str | None = None) -> Records:
     """The records file at `path`. With `build_id` (hex), a file made for another binary is refused first: before
     its contents are checked. Problems are one-line UserErrors."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"no branch records file {path}", "record one with `kpgo collect BUILD_DIR --branches`") from None
-    except OSError as e:
-        raise UserError(f"cannot read the branch records file {path}: {e.strerror}") from None
+    data = inputs.read_bytes(path, "record one with `kpgo collect BUILD_DIR --branches`")
     if len(data) < _HEAD.size or data[:8] != MAGIC:
         if len(data) < _HEAD.size and MAGIC.startswith(data[:8]):
             raise UserError(f"the branch records file {path} is truncated ({len(data)} bytes, not even its header)",
@@ -113,7 +112,7 @@ def read_records(path: Path, build_id: str | None = None) -> Records:
         raise UserError(f"the branch records file {path} has format {fmt}, this kpgo reads {RECORDS_FORMAT}",
                         "rebuild the plugin (`.venv/bin/python -m kpgo.sim`) and record again")
     if id_len > len(id_bytes) or side > 1 or depth != DEPTH:
-        raise UserError(f"the branch records file {path} has a corrupt header")
+        raise UserError(f"the branch records file {path} has a corrupt header", RECORD_AGAIN)
     file_id = id_bytes[:id_len].hex()
     if build_id is not None and file_id != build_id.lower():
         raise UserError(f"the branch records {path} belong to the binary with build id {file_id or '(none)'}, not {build_id}",
@@ -125,7 +124,7 @@ def read_records(path: Path, build_id: str | None = None) -> Records:
     at = _HEAD.size
     need = at + 8 * (4 * n_edges + 3 * n_ranges)
     if need > end:
-        raise UserError(f"the branch records file {path} is damaged: its tables overrun the file")
+        raise UserError(f"the branch records file {path} is damaged: its tables overrun the file", RECORD_AGAIN)
     edges = np.frombuffer(data, dtype="<u8", count=4 * n_edges, offset=at).reshape(n_edges, 4).astype(np.uint64)
     at += 32 * n_edges
     ranges = np.frombuffer(data, dtype="<u8", count=3 * n_ranges, offset=at).reshape(n_ranges, 3).astype(np.uint64)
@@ -133,14 +132,14 @@ def read_records(path: Path, build_id: str | None = None) -> Records:
     stacks = []
     for _ in range(n_stacks):
         if at + 16 > end:
-            raise UserError(f"the branch records file {path} is damaged: its stacks overrun the file")
+            raise UserError(f"the branch records file {path} is damaged: its stacks overrun the file", RECORD_AGAIN)
         count, n = struct.unpack_from("<2Q", data, at)
         if n > DEPTH or at + 16 + 16 * n > end:
-            raise UserError(f"the branch records file {path} is damaged: a stack overruns the file")
+            raise UserError(f"the branch records file {path} is damaged: a stack overruns the file", RECORD_AGAIN)
         stacks.append(Stack(int(count), np.frombuffer(data, dtype="<u8", count=2 * n, offset=at + 16).reshape(n, 2).astype(np.uint64)))
         at += 16 + 16 * n
     if at != end:
-        raise UserError(f"the branch records file {path} is damaged: {end - at} bytes between its stacks and its end record")
+        raise UserError(f"the branch records file {path} is damaged: {end - at} bytes between its stacks and its end record", RECORD_AGAIN)
     return Records(SIDES[side], period, depth, vcpus, windows, bool(open_window), branches, samples, lost_e, lost_r, lost_s,
                    entries_bound, stacks_bound, file_id, edges, ranges, tuple(stacks), len(data))
 
@@ -166,6 +165,9 @@ PT_LOAD, PT_NOTE, PF_X, NT_GNU_BUILD_ID = 1, 4, 1, 3
 def read_elf(path: Path) -> Elf:
     """The GNU build id (from the PT_NOTE segments) and the executable PT_LOAD segments of a 64-bit ELF file."""
     path = Path(path)
+    if not inputs.is_regular(path):  # open() of a FIFO would wait for a writer
+        what = f"is {inputs.kind(path)}" if path.exists() else "does not exist"
+        raise UserError(f"{path} {what}, not an ELF file", "give a vmlinux (or the binary the records were made for)")
     try:
         with open(path, "rb") as f:
             ident = f.read(64)
@@ -188,7 +190,7 @@ def read_elf(path: Path) -> Elf:
                     f.seek(p_offset)
                     notes.append(f.read(p_filesz))
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
+        raise UserError(f"cannot read {path}: {e.strerror}", "check the path and its permissions") from None
     return Elf(next((b for n in notes if (b := _build_id(n))), None), tuple(segs))
 
 
@@ -231,7 +233,7 @@ def mmap_line(elf: Path, kernel: bool) -> str:
     segment of `elf` under the binary's own path (profgen matches it by base name)."""
     info = read_elf(elf)
     if not info.exec_segments:
-        raise UserError(f"{elf} has no executable segment")
+        raise UserError(f"{elf} has no executable segment", "give a vmlinux (or the binary the records were made for)")
     seg = info.exec_segments[0]
     if kernel:
         syms = codesize.symbols(elf)
@@ -339,14 +341,15 @@ def write_call_graph(edges: list[CallEdge], out: Path) -> dict[str, int]:
 
 
 def read_call_graph(path: Path) -> list[CallEdge]:
-    lines = Path(path).read_text().splitlines()
+    hint = "pass the callgraph.tsv of `kpgo collect --branches`"
+    lines = inputs.read_text(path, hint).splitlines()
     if not lines or lines[0] != CALL_GRAPH_HEADER:
-        raise UserError(f"{path} is not a kpgo call graph (no header line)")
+        raise UserError(f"{path} is not a kpgo call graph (no header line)", hint)
     out = []
     for n, line in enumerate(lines[1:], 2):
         parts = line.split("\t")
         if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
-            raise UserError(f"{path}:{n}: not CALLER<TAB>CALLEE<TAB>CALLS<TAB>TAIL_CALLS")
+            raise UserError(f"{path}:{n}: not CALLER<TAB>CALLEE<TAB>CALLS<TAB>TAIL_CALLS", hint)
         out.append(CallEdge(parts[0], parts[1], int(parts[2]), int(parts[3])))
     return out
 
@@ -436,6 +439,7 @@ def in_functions_share(records: Records, fns: Functions) -> float:
 # ---- a branch profile directory ----
 
 PROFILE_KIND = "kernel-branch-profile"
+MANIFEST_SHAPE = {"kind?": str, "build_id?": (str, None), "vmlinux?": (str, None), "build_dir?": (str, None)}  # what is read of its profile.json
 RECORDS_FILE = "branches.rec"  # the plugin's records, kept: every output is made from it
 BOLT_FILE = "bolt.preagg"  # perf2bolt -pa -p FILE
 PERF_SCRIPT_FILE = "perf.script"  # llvm-profgen --perfscript FILE [--kernel] (kpgo.afdo.PERF_SCRIPT)
@@ -471,15 +475,13 @@ def make_outputs(records: Records, elf: Path, out: Path) -> dict:
 def read_profile(path: Path) -> dict:
     """A branch profile directory's manifest (profile.json), its records checked against the build id the manifest
     names (a one-line UserError if they differ or the file is truncated), and the sizes of its files now."""
-    import json
-
     path = Path(path)
-    try:
-        manifest = json.loads((path / "profile.json").read_text())
-    except (OSError, ValueError):
-        raise UserError(f"{path} holds no readable profile.json", "give a directory written by `kpgo collect --branches`") from None
+    hint = "give a directory written by `kpgo collect --branches`"
+    if not os.path.lexists(path / "profile.json"):
+        raise UserError(f"{path} holds no profile.json", hint)
+    manifest = inputs.read_json(path / "profile.json", hint, MANIFEST_SHAPE)
     if manifest.get("kind") != PROFILE_KIND:
-        raise UserError(f"{path} is not a branch profile (profile.json kind {manifest.get('kind')!r})")
+        raise UserError(f"{path} is not a branch profile (profile.json kind {manifest.get('kind')!r})", hint)
     records = read_records(path / RECORDS_FILE, manifest.get("build_id"))
     files = {}
     for name in (RECORDS_FILE, BOLT_FILE, PERF_SCRIPT_FILE, CALL_GRAPH_FILE):

@@ -36,6 +36,13 @@ def _count(value: object) -> str | None:
     return None if isinstance(value, int) and value >= 1 else f"{value} is not a count (it must be at least 1)"
 
 
+def _summary_runs(value: object) -> str | None:
+    problem = _count(value)
+    if problem is None and isinstance(value, int) and value > 0xFFFFFFFF:  # merge used to clamp it silently
+        return f"{value} is out of range (the object summary holds 1 to 4294967295 runs)"
+    return problem
+
+
 def _seconds(value: object) -> str | None:
     ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
     return None if ok else f"{value} is not a positive, finite number of seconds"
@@ -68,7 +75,7 @@ def _half_width(value: object) -> str | None:
 # used to build and collect for an hour before its bench refused it).
 CHECKED_OPTIONS: dict[str, tuple[str, Callable[[object], str | None]]] = {
     "jobs": ("-j/--jobs", _count), "boots": ("--boots", _count), "runs": ("--runs", _count), "cpus": ("--cpus", _count),
-    "summary_runs": ("--summary-runs", _count),
+    "summary_runs": ("--summary-runs", _summary_runs),
     "guest_timeout": ("--guest-timeout", _seconds), "memory": ("--memory", _memory),
     "hot_share": ("--hot-share", _share), "precision": ("--precision", _half_width), "max_boots": ("--max-boots", _count),
     "max_time": ("--max-time", _seconds),

@@ -7,14 +7,13 @@ after warm-up, snapshot every .gcda, and write a profile directory:
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kpgo import atomic, client, vm, workloads
+from kpgo import atomic, client, inputs, vm, workloads
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
 from kpgo.kernel import kbuild
@@ -23,9 +22,10 @@ from kpgo.progress import fmt_secs, say
 
 def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
     """build.json of an instrumented build whose config has what the workloads need; a UserError otherwise."""
-    build = kbuild.read_build_json(build_dir)
-    if build is None or not build.get("ok"):
-        raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build --variant instrumented`")
+    hint = "build one with `kpgo build --variant instrumented`"
+    build = kbuild.load_build(build_dir, hint)
+    # what a profile.json records of its build (every build.json kbuild writes has them)
+    inputs.check(build, {"build_dir": str, "config_name": (str, None), "config_hash": str, "gcc": str}, build_dir / "build.json", hint)
     if not build.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
     workloads.check_kernel(wls, build_dir)
@@ -175,13 +175,6 @@ def _profile_info(root: Path) -> dict:
     return {"files": files, "arcs_sum": total, "gcov_version": ",".join(sorted(versions))}
 
 
-def load_profile_json(profile: Path) -> dict:
-    try:
-        return json.loads((profile / "profile.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, period: int | None = None,
                      replace: bool = False) -> dict:
     """Branch records of any kernel (no instrumented build needed): boot it under kpgo's QEMU plugin with branch
@@ -191,11 +184,9 @@ def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *,
     from kpgo import branches, sim
 
     build_dir = build_dir.resolve()
-    build = kbuild.read_build_json(build_dir)
-    if build is None or not build.get("ok"):
-        raise UserError(f"{build_dir} holds no complete kpgo build (no build.json)", "build one with `kpgo build`")
+    build = kbuild.load_build(build_dir, "build one with `kpgo build`")
     vmlinux = build_dir / "vmlinux"
-    if not vmlinux.is_file():
+    if not inputs.is_regular(vmlinux):
         raise UserError(f"{build_dir} has no vmlinux", "branch records are symbolized with it: build the kernel again")
     build_id = branches.build_id_of(vmlinux)
     workloads.check_kernel([workload], build_dir)

@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, client, collect, variants, vm, workloads
+from kpgo import atomic, bench, client, collect, inputs, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import KpgoError, UserError
 from kpgo.guest.contract import Workload
@@ -106,6 +106,7 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, r: dict[str, Any], run_dir: Path) -> RunOptions:
+        inputs.check({"request": r}, {"request": REQUEST_SHAPE}, run_dir / "run.json", "re-run the `kpgo run` command that made it (cached steps are kept)")
         try:  # a run.json without "client" was written before --client existed: its clients ran in the guest
             return cls(
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
@@ -123,6 +124,13 @@ class RunOptions:
 
 # A build a step wants: (variant, label, profile) or, for a layout variant, (variant, label, profile, branch profile).
 Wanted = tuple[str | variants.Variant, str, Path | None] | tuple[str | variants.Variant, str, Path | None, Path | None]
+
+
+# run.json's "request" as to_json writes it (optional: the keys of options added since), for from_json.
+REQUEST_SHAPE = {"source": (str, None), "base": (str, None), "config": (str, None), "fragment": [str], "jobs": int, "workload": str,
+                 "set": [str], "client?": str, "boots": int, "runs": int, "order": str, "seed": (int, None), "sim": (bool, None),
+                 "sim_opt": [str], "cpus": (int, None), "memory": str, "guest_timeout": float, "study": [str], "partial_training?": bool,
+                 "values?": bool, "hot_share?": (float, None), "precision?": (float, None), "max_boots?": int, "max_time?": (float, None)}
 
 
 @dataclass(frozen=True)
@@ -290,6 +298,7 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
     fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
     to build from the second collections."""
     from kpgo.analysis.characterize import compare_profiles
+    from kpgo.gcov.profile import read_profile_json
 
     rd = opts.run_dir
     again = rd / "profiles" / AGAIN
@@ -297,8 +306,11 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
         fix_cached(again, instr, wl, collect_cached(again, rd / "builds" / "instrumented", instr, wl, opts.guest))
     out = rd / "studies" / "variability" / "similarity.json"
     dirs = [rd / "profiles" / n for n in names] + [again / n for n in names]
-    stamps = [collect.load_profile_json(d).get("collected_at") for d in dirs]
-    have = json.loads(out.read_text()) if out.is_file() else {}
+    stamps = [read_profile_json(d, strict=False).get("collected_at") for d in dirs]
+    try:  # kpgo's own record: redone when unusable
+        have = inputs.read_json(out, "", dict, missing_ok=True) or {}
+    except UserError:
+        have = {}
     if have.get("collected_at") != stamps:
         res = compare_profiles(dirs, rd / "builds" / "instrumented", names=[*names, *(n + AGAIN_SUFFIX for n in names)])
         atomic.write_json(out, {"collected_at": stamps, **res})
@@ -348,7 +360,9 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
 
 def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:
     """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
-    have = collect.load_profile_json(out)
+    from kpgo.gcov.profile import read_profile_json
+
+    have = read_profile_json(out, strict=False)
     if have.get("build_key") == built["key"] and have.get("workload", {}).get("params") == wl.params:
         say(f"collect {wl.name} --branches: up to date in {out}")
         return have
@@ -366,8 +380,10 @@ def _build_info(m: dict) -> dict:
 
 def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
     """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
+    from kpgo.gcov.profile import read_profile_json
+
     raw = profiles / f"{wl.name}.raw"
-    have = collect.load_profile_json(raw)
+    have = read_profile_json(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
     same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
     if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
@@ -412,22 +428,22 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
     from kpgo.gcov.profile import read_profile_json
 
     dst = rd / "profiles" / label
-    inputs = [rd / "profiles" / n for n in names]
-    have = read_profile_json(dst).get("merged", {})
-    if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in inputs] and have.get("normalize") == normalize:
+    srcs = [rd / "profiles" / n for n in names]
+    have = read_profile_json(dst, strict=False).get("merged", {})
+    if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in srcs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
     shutil.rmtree(dst, ignore_errors=True)
-    return merge_profiles(inputs, dst, normalize=normalize)
+    return merge_profiles(srcs, dst, normalize=normalize)
 
 
 def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
-    from kpgo.gcov.profile import fix_profile, profile_stats
+    from kpgo.gcov.profile import fix_profile, profile_stats, read_profile_json
 
     raw = profiles / f"{wl.name}.raw"
     fixed = profiles / wl.name
-    have = collect.load_profile_json(fixed)
+    have = read_profile_json(fixed, strict=False)
     # "left_out" in "fixed": fixed by a kpgo that leaves the gcov code's counters out (an older fix is redone)
     if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "left_out" in have.get("fixed", {}):
         say(f"profile fix {wl.name}: up to date in {fixed}")

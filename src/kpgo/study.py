@@ -14,14 +14,13 @@ All reuse the run's instrumented and vanilla builds, its kernel source and confi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, pipeline, variants, vm, workloads
+from kpgo import atomic, bench, inputs, pipeline, variants, vm, workloads
 from kpgo.errors import UserError
 from kpgo.guest.contract import Workload
 from kpgo.report import present
@@ -29,13 +28,10 @@ from kpgo.report import present
 
 def run_options(run_dir: Path) -> pipeline.RunOptions:
     """The request of the finished run in run_dir, to extend it exactly as it was started."""
-    try:
-        run = json.loads((run_dir / "run.json").read_text())
-    except OSError:
-        raise UserError(f"{run_dir} holds no finished kpgo run (no run.json)", "run `kpgo run --dir RUN_DIR` first") from None
-    except ValueError:
-        raise UserError(f"{run_dir / 'run.json'} is not valid JSON", "re-run `kpgo run --dir RUN_DIR` to rewrite it") from None
-    if not isinstance(run, dict) or not isinstance(run.get("request"), dict):
+    run = inputs.read_json(run_dir / "run.json", "re-run `kpgo run --dir RUN_DIR` to rewrite it (cached steps are kept)", dict, missing_ok=True)
+    if run is None:
+        raise UserError(f"{run_dir} holds no finished kpgo run (no run.json)", "run `kpgo run --dir RUN_DIR` first")
+    if not isinstance(run.get("request"), dict):
         raise UserError(f"{run_dir / 'run.json'} was written by an older kpgo (no request)", "re-run `kpgo run --dir RUN_DIR` (cached steps are kept)")
     return pipeline.RunOptions.from_json(run["request"], run_dir)
 

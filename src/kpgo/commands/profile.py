@@ -141,11 +141,10 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def _is_branch_profile(path: Path) -> bool:
     from kpgo.branches import PROFILE_KIND
+    from kpgo.gcov.profile import read_profile_json
 
-    try:
-        return bool(json.loads((path / "profile.json").read_text()).get("kind") == PROFILE_KIND)
-    except (OSError, ValueError, AttributeError):
-        return False
+    # not strict: a gcov profile's profile.json is checked where it is used (stats reads none of it)
+    return read_profile_json(path, strict=False).get("kind") == PROFILE_KIND
 
 
 def _branch_stats(args: argparse.Namespace) -> int:

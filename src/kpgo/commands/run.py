@@ -74,16 +74,14 @@ def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
 def execute(opts, cluster: str | None = None) -> int:  # opts: pipeline.RunOptions
     """Run (or extend) a run: helpers installed and ports checked first (on a cluster: on each guest node, before its
     first boot), then the pipeline, then its summary."""
-    import json
-
-    from kpgo import atomic, bench, pipeline
+    from kpgo import atomic, bench, inputs, pipeline
 
     atomic.refuse_if_held(opts.run_dir, "run directory")  # before minutes of preparing (a kernel source, helpers)
     if not cluster:
         prepare_workloads(list(opts.workloads))
     pipeline.run(opts, cluster)
-    print((opts.run_dir / "summary.md").read_text())
-    bench.raise_if_failed(json.loads((opts.run_dir / "bench" / "results.json").read_text()), opts.run_dir / "bench")
+    print(inputs.read_text(opts.run_dir / "summary.md", "run the same command again"))
+    bench.raise_if_failed(inputs.read_json(opts.run_dir / "bench" / "results.json", "run the same command again", dict), opts.run_dir / "bench")
     return 0
 
 

@@ -64,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kpgo import inputs
 from kpgo.errors import UserError
 
 GCDA_MAGIC = 0x67636461  # "gcda"
@@ -1069,6 +1070,4 @@ def parse_gcda(data: bytes, name: str) -> Gcda:
 
 
 def read_gcda(path: Path | str, name: str | None = None) -> Gcda:
-    path = Path(path)
-    data = path.read_bytes()
-    return parse_gcda(data, name or str(path))
+    return parse_gcda(inputs.read_bytes(path, DAMAGED_HINT), name or str(path))

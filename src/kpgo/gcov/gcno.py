@@ -29,7 +29,9 @@ from typing import Literal
 
 import numpy as np
 
+from kpgo import inputs
 from kpgo.gcov.gcda import (
+    DAMAGED_GCNO_HINT,
     GCNO_MAGIC,
     TAG_FUNCTION,
     GcovFormatError,
@@ -187,7 +189,7 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
 
 def read_gcno(path: Path | str) -> Gcno:
     path = Path(path)
-    return parse_gcno(path.read_bytes(), str(path))
+    return parse_gcno(inputs.read_bytes(path, DAMAGED_GCNO_HINT), str(path))
 
 
 # -- many files at once ------------------------------------------------------------------------------------------
@@ -362,10 +364,8 @@ def iter_notes(paths: list[str], names: list[str] | None = None) -> Iterator[Not
         errors: dict[str, str] = {}
         size = 0
         while i < len(paths) and (size < _BATCH_BYTES or not datas):
-            try:
-                with open(paths[i], "rb") as f:
-                    d = f.read()
-            except FileNotFoundError:
+            d = inputs.read_bytes_if_present(paths[i], DAMAGED_GCNO_HINT)
+            if d is None:
                 errors[names[i]] = "missing"
                 i += 1
                 continue

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 
+from kpgo import inputs
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import Image, make_image
-
-_READ_CHUNK = 1 << 16  # one read() covers almost every .gcda; larger files take more reads
+from kpgo.gcov.gcda import DAMAGED_GCNO_HINT, DAMAGED_HINT, Image, make_image
 
 
 def gcda_rels(src: str | os.PathLike[str]) -> list[str]:
@@ -52,26 +51,9 @@ def gcda_rels(src: str | os.PathLike[str]) -> list[str]:
 
 
 def read_file(path: str) -> bytes:
-    """The bytes of one file; an unreadable file is a one-line UserError naming it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
-    try:
-        data = os.read(fd, _READ_CHUNK)
-        if len(data) == _READ_CHUNK:
-            parts = [data]
-            while True:
-                more = os.read(fd, 1 << 20)
-                if not more:
-                    break
-                parts.append(more)
-            data = b"".join(parts)
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
-    finally:
-        os.close(fd)
-    return data
+    """The bytes of one file; an unreadable one, or a FIFO, device or directory named .gcda, is a one-line UserError
+    naming it (kpgo.inputs: never a blocking open or an unbounded read)."""
+    return inputs.read_bytes(path, DAMAGED_GCNO_HINT if path.endswith(".gcno") else DAMAGED_HINT)
 
 
 def read_image(src: str | os.PathLike[str], rels: list[str]) -> Image:

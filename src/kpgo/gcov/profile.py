@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from kpgo import inputs
 from kpgo.atomic import check_output, output_dir
 from kpgo.errors import UserError
 from kpgo.gcov.gcda import (
@@ -50,7 +51,7 @@ from kpgo.gcov.gcda import (
     parse_gcda,
     version_text,
 )
-from kpgo.gcov.image import gcda_rels, read_image
+from kpgo.gcov.image import gcda_rels, read_file, read_image
 
 PROFILE_JSON = "profile.json"
 # The kernel's gcov code runs the counter reset and the snapshot, not the workload, and exists only in the instrumented
@@ -92,25 +93,27 @@ def _rels_or_fail(src: Path | str) -> list[str]:
 
 def read_profile_file(src: Path, rel: Path) -> Gcda:
     path = os.path.join(src, rel)  # str paths: pathlib costs more than the parse on small files
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})", "check the path and permissions") from None
-    return parse_gcda(data, path)
+    return parse_gcda(read_file(path), path)
 
 
-def read_profile_json(src: Path) -> dict[str, Any]:
-    path = Path(src) / PROFILE_JSON
-    if not path.exists():
-        return {}
+# What kpgo reads of a profile.json (kpgo collect, profile fix and merge write it): the collection it describes, or a
+# merged profile's inputs. Other keys are kept and passed on untouched.
+PROFILE_SHAPE = {"kind?": str, "config_name?": (str, None), "kernel_release?": (str, None), "build_key?": str, "collected_at?": str,
+                 "accelerator?": (str, None), "workload?": ({"client?": (str, None), "params?": dict}, str, None),
+                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}}
+PROFILE_JSON_HINT = "repair or remove it (`kpgo collect` and `kpgo profile fix` write it)"
+
+
+def read_profile_json(src: Path, strict: bool = True) -> dict[str, Any]:
+    """profile.json of the profile directory src, {} when there is none. Not strict (a run's own profiles, whose step
+    is done again when its record is unusable): {} for an unusable one too, instead of a UserError."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not valid JSON ({e})", "repair or remove it") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: not a JSON object", "repair or remove it")
-    return data
+        data = inputs.read_json(Path(src) / PROFILE_JSON, PROFILE_JSON_HINT, PROFILE_SHAPE, missing_ok=True)
+    except UserError:
+        if strict:
+            raise
+        data = None
+    return {} if data is None else data
 
 
 def _versions_text(versions: set[int]) -> str:
@@ -379,7 +382,8 @@ def fix_profile(src: Path, dst: Path, runs: int = 1, strict: bool = False) -> di
     that buffer without a rebuild. Files that fail the whole-profile check go through the full parser."""
     src, dst = Path(src), Path(dst)
     if runs < 1 or runs > 0xFFFFFFFF:
-        raise UserError(f"--runs {runs} is out of range", "give a positive number of runs")
+        raise UserError(f"--summary-runs {runs} is out of range (the object summary holds 1 to 4294967295 runs)",
+                        "give a smaller --summary-runs")
     check_output(dst, inputs=[src])
     every = _rels_or_fail(src)
     apparatus = [r for r in every if is_apparatus(r)]  # in a profile collected before `kpgo collect` left them out

@@ -19,8 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from kpgo import inputs
 from kpgo.errors import UserError
-from kpgo.gcov.gcda import ARCS, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
+from kpgo.gcov.gcda import ARCS, DAMAGED_GCNO_HINT, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
 from kpgo.gcov.gcno import Gcno, parse_gcno
 from kpgo.gcov.profile import gcda_list, read_profile_file, value_counters_of
 
@@ -100,10 +101,8 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
         seen.add(note_rel)
         note_path = os.path.join(build, note_rel)
         status, reason = "matched", ""
-        try:
-            with open(note_path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        data = inputs.read_bytes_if_present(note_path, DAMAGED_GCNO_HINT)
+        if data is None:
             status, reason = "missing", "no .gcno in the build directory"
         else:
             try:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kpgo import afdo, atomic, proc, variants
+from kpgo import afdo, atomic, inputs, proc, variants
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import bolt, codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
@@ -117,6 +117,14 @@ def _profile_digest(profile: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _files_digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        data = inputs.read_bytes(f, "pass an existing file", inputs.TEXT_LIMIT)
+        h.update(f"{f.name}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()[:16]
+
+
 def build_key(req: BuildRequest) -> str:
     v = req.variant
     parts: dict[str, object] = {
@@ -145,14 +153,42 @@ def build_key(req: BuildRequest) -> str:
         parts["lto"] = v.lto
     if v.bolt:  # the patched source's ident covers the patch; BOLT's work comes from the records' bytes
         parts["bolt"] = bolt.input_digest(bolt.recording(req.branches)) if req.branches is not None else "no records"
+    # The bytes of every file the build applies beyond the config (whose digest covers the user's files): the variant's
+    # file and the shipped fragments it adds (gcov, os, values). An edited fragment or variant file is another build.
+    parts["applied"] = _files_digest([v.path, *kconfig.variant_fragments(req.fragments)])
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
+# What kpgo reads of a build.json (build() writes it); other keys are passed on as they are.
+BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir?": str, "config_name?": (str, None),
+               "config_hash?": str, "gcc?": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict}
+
+
 def read_build_json(out: Path) -> dict | None:
+    """The build.json in out, None when it is absent or unusable (a build there is then done again)."""
     try:
-        return json.loads((out / "build.json").read_text())
-    except (OSError, ValueError):
+        return inputs.read_json(out / "build.json", "", BUILD_SHAPE, missing_ok=True)
+    except UserError:
         return None
+
+
+def load_build(out: Path, hint: str) -> dict:
+    """The record of the finished build in `out`, for a step that boots it: a UserError naming what is missing or
+    damaged (build.json, the kernel image) before any guest starts."""
+    if not out.is_dir():
+        what = f"is {inputs.kind(out)}" if out.exists() else "does not exist"
+        raise UserError(f"build directory {out} {what}, so it holds no complete kpgo build", hint)
+    path = out / "build.json"
+    if not os.path.lexists(path):
+        raise UserError(f"{out} holds no complete kpgo build (no build.json)", hint)
+    build: dict = inputs.read_json(path, hint, BUILD_SHAPE)
+    if not build["ok"]:
+        raise UserError(f"{path}: the build did not complete (ok is false)", hint)
+    img = image(out)
+    if not inputs.is_regular(img):
+        what = f"is {inputs.kind(img)}" if os.path.lexists(img) else "is missing"
+        raise UserError(f"{out}: its kernel image {img.relative_to(out.resolve())} {what}", hint)
+    return build
 
 
 def image(out: Path) -> Path:
@@ -438,8 +474,8 @@ def _origins(record: dict) -> list[dict]:
     if "config_name" in record or "kernel_release" in record:
         return [record]
     merged = record.get("merged")
-    inputs = merged.get("inputs") if isinstance(merged, dict) else None
-    return [o for i in inputs or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in _origins(i["profile"])]
+    ins = merged.get("inputs") if isinstance(merged, dict) else None
+    return [o for i in ins or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in _origins(i["profile"])]
 
 
 def _check_profile_origin(req: BuildRequest) -> None:

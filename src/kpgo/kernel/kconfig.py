@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kpgo import proc
+from kpgo import inputs, proc
 from kpgo.errors import UserError
 
 
@@ -35,23 +35,23 @@ class ConfigSpec:
     def digest(self) -> str:
         h = hashlib.sha256(f"{self.name}:{self.base_target}".encode())
         for f in self.files:
-            h.update(f.read_bytes())
+            h.update(inputs.read_bytes(f, "pass the config again", inputs.TEXT_LIMIT))
         return h.hexdigest()[:16]
 
 
 def resolve(base: str | None, config_file: Path | None, fragments: list[Path]) -> ConfigSpec:
     for frag in fragments:
-        if not frag.is_file():
+        if not os.path.lexists(frag):  # anything else at the path (a directory, a FIFO) is named by read_options
             raise UserError(f"config fragment {frag} not found", "pass an existing file to --fragment")
         read_options(frag, "config fragment")
     if config_file is not None:
         if base is not None:
             raise UserError(f"--base {base} and --config {config_file} both name the starting config", "give one of them")
-        if not config_file.is_file():
+        if not os.path.lexists(config_file):
             raise UserError(f"config file {config_file} not found", "pass an existing .config to --config")
         read_options(config_file, "config file")
         return ConfigSpec(config_file.stem, None, (config_file.resolve(), *[f.resolve() for f in fragments]))
-    name = base or "server"
+    name = "server" if base is None else base  # an empty --base is refused below, not taken for the default
     path = _configs_dir() / f"{name}.config"
     if name not in base_names():
         raise UserError(f"unknown base config '{name}'", f"choose one of: {', '.join(base_names())}, or pass --config FILE")
@@ -70,7 +70,7 @@ OTHER_ARCHES = ("ARM64", "ARM", "RISCV", "PPC", "PPC64", "S390", "MIPS", "LOONGA
 def read_options(path: Path, what: str) -> dict[str, str]:
     """The options a user's config file or fragment sets, refusing a file that is not one (a line that is no config
     syntax, no option at all, another architecture's config)."""
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    text = inputs.read_text(path, f"pass a kernel config (lines CONFIG_NAME=VALUE) to {'--config' if what == 'config file' else '--fragment'}")
     for n, line in enumerate(text.splitlines(), 1):
         if not _LINE.fullmatch(line.strip()):
             raise UserError(f"{what} {path} line {n} is not a config line: {line.strip()[:60]!r}",

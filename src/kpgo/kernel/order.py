@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kpgo import inputs
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import codesize, source
 from kpgo.kernel.source import KernelSource
@@ -153,19 +155,18 @@ def recording(path: Path) -> Recording:
     hint = "pass the directory `kpgo collect BUILD_DIR --branches` wrote (or its callgraph.tsv)"
     if path.is_dir():
         graph, home = path / branches.CALL_GRAPH_FILE, path
-    elif path.is_file():
+    elif inputs.is_regular(path):
         graph, home = path, path.parent
     else:
-        raise UserError(f"call graph {path} not found", hint)
-    if not graph.is_file():
+        raise UserError(f"call graph {path} is {inputs.kind(path)}" if path.exists() else f"call graph {path} not found", hint)
+    if not os.path.lexists(graph):
         raise UserError(f"{path} holds no call graph ({branches.CALL_GRAPH_FILE})", hint)
-    try:
-        manifest = json.loads((home / "profile.json").read_text())
-    except (OSError, ValueError):
-        raise UserError(f"the call graph {graph} has no readable profile.json beside it, so kpgo cannot tell which kernel it was "
-                        "recorded on (the functions' sizes come from that vmlinux)", hint) from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != branches.PROFILE_KIND:
-        raise UserError(f"{home} is not a branch profile (profile.json kind {manifest.get('kind') if isinstance(manifest, dict) else None!r})", hint)
+    if not os.path.lexists(home / "profile.json"):
+        raise UserError(f"the call graph {graph} has no profile.json beside it, so kpgo cannot tell which kernel it was "
+                        "recorded on (the functions' sizes come from that vmlinux)", hint)
+    manifest = inputs.read_json(home / "profile.json", hint, branches.MANIFEST_SHAPE)
+    if manifest.get("kind") != branches.PROFILE_KIND:
+        raise UserError(f"{home} is not a branch profile (profile.json kind {manifest.get('kind')!r})", hint)
     candidates = [Path(str(manifest[k])) / tail for k, tail in (("vmlinux", ""), ("build_dir", "vmlinux")) if manifest.get(k)]
     vmlinux = next((c for c in candidates if c.is_file()), None)
     if vmlinux is None:
@@ -185,21 +186,17 @@ def input_digest(r: Recording) -> str:
     algorithm and its settings."""
     h = hashlib.sha256()
     h.update(json.dumps({"version": VERSION, "page": PAGE, "density_drop": DENSITY_DROP, "build_id": r.build_id}).encode())
-    h.update(r.graph.read_bytes())
+    again = "record the call graph again (`kpgo collect BUILD_DIR --branches`)"
+    h.update(inputs.read_bytes(r.graph, again))
     if r.records is not None:
-        h.update(r.records.read_bytes())
+        h.update(inputs.read_bytes(r.records, again))
     return h.hexdigest()[:16]
 
 
 def _read_graph(path: Path) -> list[CallEdge]:
     from kpgo import branches
 
-    try:
-        edges = branches.read_call_graph(path)
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a kpgo call graph (not text)", "pass the callgraph.tsv of `kpgo collect --branches`") from None
-    except OSError as e:
-        raise UserError(f"cannot read the call graph {path}: {e.strerror}") from None
+    edges = branches.read_call_graph(path)  # a file that is no call graph (binary, a FIFO) is a UserError there
     if not edges:
         raise UserError(f"the call graph {path} holds no calls", "record the workload again with `kpgo collect --branches`")
     return edges

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kpgo import proc
+from kpgo import inputs, proc
 from kpgo.errors import UserError
 from kpgo.paths import cache_dir
 from kpgo.progress import say
@@ -81,11 +81,11 @@ def _extract(tarball: Path, dest: Path, stamp: str) -> None:
 def _from_tree(tree: Path) -> KernelSource:
     tree = tree.resolve()
     makefile = tree / "Makefile"
-    if not makefile.is_file() or not (tree / "Kconfig").is_file():
+    if not inputs.is_regular(makefile) or not inputs.is_regular(tree / "Kconfig"):
         raise UserError(f"{tree} is not a kernel source tree (no top-level Makefile and Kconfig)", "pass --source PATH to a Linux tree")
     if not (tree / "arch" / "x86" / "Makefile").is_file():
         raise UserError(f"{tree} has no arch/x86: kpgo builds x86-64 kernels", "pass an x86-capable Linux tree")
-    head = makefile.read_text(errors="replace")[:2000]
+    head = inputs.read_bytes(makefile, "pass --source PATH to a Linux tree", inputs.TEXT_LIMIT)[:2000].decode(errors="replace")
     nums = {k: re.search(rf"^{k}[ \t]*=[ \t]*(\S*)", head, re.M) for k in ("VERSION", "PATCHLEVEL", "SUBLEVEL", "EXTRAVERSION")}
     if not nums["VERSION"] or not nums["PATCHLEVEL"]:
         raise UserError(f"{makefile} carries no VERSION/PATCHLEVEL", "pass --source PATH to a Linux tree")
@@ -102,16 +102,17 @@ def _from_tree(tree: Path) -> KernelSource:
 
 
 def _git_head(tree: Path) -> str:
-    head = tree / ".git" / "HEAD"
-    try:
-        ref = head.read_text().strip()
-    except OSError:
+    def read(path: Path) -> str | None:  # anything but a small text file (a FIFO, a device) is no git here
+        try:
+            return inputs.read_text(path, "", 64 * inputs.KiB).strip()
+        except UserError:
+            return None
+
+    ref = read(tree / ".git" / "HEAD")
+    if ref is None:
         return "nogit"
     if ref.startswith("ref: "):
-        try:
-            return (tree / ".git" / ref[5:]).read_text().strip()
-        except OSError:
-            return ref
+        return read(tree / ".git" / ref[5:]) or ref
     return ref
 
 

@@ -7,12 +7,12 @@ RUN_DIR/builds/LABEL (kernel builds). Everything but one of the two JSON files i
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kpgo import inputs
 from kpgo.errors import UserError
 
 RESULTS_SCHEMAS = (2, 3)
@@ -65,36 +65,44 @@ class RunData:
         return names + [n for n in ((self.run or {}).get("workloads") or {}) if n not in names]
 
 
-def read_json(path: Path, what: str) -> dict[str, Any] | None:
-    """A JSON object from `path`, None when the file does not exist; anything else unreadable is a UserError."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}", "check the path and permissions") from None
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise UserError(f"{path} is not valid JSON ({e})", f"re-run the step that writes {what}") from None
-    if not isinstance(obj, dict):
-        raise UserError(f"{path} does not hold a JSON object", f"re-run the step that writes {what}")
-    return obj
+# What the sections read of each file, as kpgo.inputs shapes: a file of another shape is refused in one line naming
+# the place, instead of failing deep in a section. Optional keys ("?") are those older kpgo versions did not write.
+NUM = (float, None)  # a statistic: null where it cannot be formed (one boot, a zero baseline)
+STAT = {"mean?": NUM, "sd?": NUM, "cv?": NUM, "n?": int, "ratio?": NUM, "speedup?": NUM, "ci_low?": NUM, "ci_high?": NUM,
+        "ci_includes_1?": (bool, None)}
+SAMPLE = {"kernel": str, "workload": str, "mean": float, "values?": [float], "round?": int, "cell_key?": str,
+          "sim_per_op?": ({str: float}, None), "sim?": ([dict], None), "ops?": [NUM], "kernel_share?": [NUM]}
+DESIGN = {"order?": str, "order_name?": str, "seed?": (int, None), "boots_per_kernel?": int, "runs_per_boot?": int, "warmup_per_boot?": bool,
+          "unit_of_replication?": str, "interval?": str, "sequence?": [{"kernel": str, "workload": str, "round?": int}]}
+RESULTS_SHAPE = {
+    "schema": int, "baseline": str,
+    "kernels?": {str: {"build_dir?": (str, None), "kernel_release?": (str, None), "variant?": (str, None)}},
+    "workloads": {str: {"summary": [{"kernel": str, **STAT}], "unit?": str, "higher_is_better?": bool, "params?": dict,
+                        "kernels?": [str], "sim?": ({str: {str: STAT}}, None)}},
+    "samples?": [SAMPLE], "failed?": [dict], "design?": DESIGN, "host?": {str: (str, float, None)}, "hosts?": (dict, list),
+    "measurement?": {"accelerator?": (str, None), "clock?": (str, None), "sim?": ({str: (float, bool, None)}, None)},
+    "geomean?": {str: {"speedup?": NUM, "ci_low?": NUM, "ci_high?": NUM, "workloads?": [str]}},
+}
+PROOF = {"ok?": bool, "ratio?": NUM, "threshold?": NUM}
+RUN_SHAPE = {
+    "request?": dict, "host?": dict, "kernel?": {str: (str, None)}, "phases_seconds?": {str: float}, "studies?": [str],
+    "builds?": {str: {"release?": (str, None), "seconds?": NUM, "sizes?": {str: (int, None)}}},
+    "workloads?": {str: {"params?": dict, "unit?": str, "proof?": PROOF, "profile?": dict}},
+    "universal?": {str: {"proof?": PROOF}},
+}
+
+
+def read_json(path: Path, what: str, shape: Any = dict) -> dict[str, Any] | None:
+    """A JSON object of `shape` from `path`, None when nothing is there; anything else is a UserError naming it."""
+    return inputs.read_json(path, f"re-run the step that writes {what}", shape, missing_ok=True)
 
 
 def check_results(res: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Bench results of the shape the report understands (schema 3, or 2 with its intervals computed again: kpgo.bench.
-    restate), with the keys every section uses."""
+    """Bench results of the shape the report understands (schema 3, or 2 restated: kpgo.bench.restate)."""
     if res.get("schema") not in RESULTS_SCHEMAS:
         raise UserError(f"{path} has schema {res.get('schema', 1)}; the report reads schema {' or '.join(map(str, RESULTS_SCHEMAS))}",
                         "re-run `kpgo run` (or `kpgo bench`) with this kpgo; finished boots are reused")
-    wls = res.get("workloads")
-    if not isinstance(wls, dict) or not isinstance(res.get("baseline"), str):
-        raise UserError(f"{path} has no 'workloads' or 'baseline'", "re-run the bench that wrote it")
-    for name, w in wls.items():
-        rows = w.get("summary") if isinstance(w, dict) else None
-        if not isinstance(rows, list) or not all(isinstance(r, dict) and "kernel" in r for r in rows):
-            raise UserError(f"{path}: workload {name} has no summary rows", "re-run the bench that wrote it")
+    inputs.check(res, RESULTS_SHAPE, path, "re-run the bench that wrote it (`kpgo run` or `kpgo bench`; finished boots are reused)")
     from kpgo import bench  # numpy and scipy: only once there are results to read
 
     return bench.restate(res)
@@ -105,7 +113,7 @@ def load(run_dir: Path) -> RunData:
     if not run_dir.is_dir():
         what = "is not a directory" if run_dir.exists() else "does not exist"
         raise UserError(f"run directory {run_dir} {what}", "give the directory of a `kpgo run` (its --dir)")
-    run = read_json(run_dir / "run.json", "run.json (`kpgo run`)")
+    run = read_json(run_dir / "run.json", "run.json (`kpgo run`)", RUN_SHAPE)
     rpath = run_dir / "bench" / "results.json"
     results = read_json(rpath, "bench/results.json (`kpgo run` or `kpgo bench`)")
     if results is not None:

@@ -5,13 +5,12 @@ files takes a while; function sizes in vmlinux from `nm -S` (kpgo.kernel.codesiz
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic
-from kpgo.errors import KpgoError
+from kpgo import atomic, inputs
+from kpgo.errors import KpgoError, UserError
 from kpgo.kernel import codesize
 
 CACHE_NAME = "profile-cache.json"
@@ -36,18 +35,21 @@ def cache_key(profiles: dict[str, Path], build: Path) -> str:
     instrumented build's build.json."""
     h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
     for name, d in profiles.items():
-        h.update(b"\0" + name.encode() + b"\0" + (d / "profile.json").read_bytes())
+        h.update(b"\0" + name.encode() + b"\0" + inputs.read_bytes(d / "profile.json", "repair or remove it", inputs.JSON_LIMIT))
     bj = build / "build.json"
-    h.update(b"\0build\0" + (bj.read_bytes() if bj.is_file() else str(build).encode()))
+    h.update(b"\0build\0" + (inputs.read_bytes(bj, "build it again", inputs.JSON_LIMIT) if bj.is_file() else str(build).encode()))
     return h.hexdigest()
 
 
+CACHE_SHAPE = {"key": str, "analysis": {"similarity": (dict, None), "similarity_error": (str, None), "top": dict, "top_error": (str, None)}}
+
+
 def _cached(out_dir: Path, key: str) -> dict[str, Any] | None:
-    try:
-        c = json.loads((out_dir / CACHE_NAME).read_text())
-    except (OSError, ValueError):
+    try:  # the report's own cache: anything unusable there is computed again
+        c = inputs.read_json(out_dir / CACHE_NAME, "", CACHE_SHAPE, missing_ok=True)
+    except UserError:
         return None
-    return c.get("analysis") if isinstance(c, dict) and c.get("key") == key else None
+    return c["analysis"] if c is not None and c["key"] == key else None
 
 
 @dataclass

@@ -619,15 +619,13 @@ def _natural(text: str) -> list[Any]:
 # -- 7. profile similarity -----------------------------------------------------------------------------------------
 
 def _profile_how(ctx: Context) -> str:
+    from kpgo.gcov.profile import read_profile_json
     from kpgo.report import profiles
 
     # Where the profiles were collected: their own profile.json says; else the run's accelerator.
     accels = set()
     for d in profiles.fixed_profiles(ctx.data.run_dir).values():
-        try:
-            accels.add(json.loads((d / "profile.json").read_text()).get("accelerator"))
-        except (OSError, ValueError, AttributeError):
-            accels.add(None)
+        accels.add(read_profile_json(d, strict=False).get("accelerator"))
     where = (measure.guests({"measurement": {"accelerator": accels.pop()}}) if len(accels) == 1 and None not in accels
              else measure.guests(ctx.data.results, ctx.data.run))
     return ("Measured: execution counts from each profile's gcov arc counters (counts, not time), collected with the "

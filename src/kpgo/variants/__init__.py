@@ -10,15 +10,15 @@ every load: a mistake stops before a build starts, in one line naming the file. 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kpgo import proc
+from kpgo import inputs, proc
 from kpgo.errors import UserError
 
 OPTS = ("O2", "O3", "Os")
@@ -289,12 +289,9 @@ def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
 def read(path: Path, shipped: bool = False) -> Variant:
     """The variant in `path`, validated (a UserError naming the file and its first problem)."""
     what = "variant file"
-    try:
-        spec = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"{what} {path}: {e.strerror or e}", "pass an existing variant file (docs/COMPILERS.md)") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{what} {path} is not valid TOML: {e}", HINT) from None
+    if not os.path.lexists(path):
+        raise UserError(f"{what} {path} does not exist", "pass an existing variant file (docs/COMPILERS.md)")
+    spec = inputs.read_toml(path, HINT)
     problems = validate(spec)
     if not problems and shipped and spec["name"] != path.stem:
         problems.append(f"name '{spec['name']}' differs from the file's name")

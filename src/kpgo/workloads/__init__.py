@@ -10,12 +10,12 @@ kpgo.guest.contract.Workload that the rest of kpgo, and the guest agent, read.""
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kpgo import inputs
 from kpgo.errors import UserError
 from kpgo.guest.contract import STEP_KINDS, WINDOWS, Workload
 
@@ -41,14 +41,11 @@ def _raw(name: str) -> dict[str, Any]:
     path = _dir() / f"{name}.toml"
     if not path.exists():
         raise UserError(f"unknown workload '{name}'", f"choose from: {', '.join(names())} (or all)")
-    try:
-        spec = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"workload file {path} is not valid TOML: {e}", "fix the file (docs/WORKLOADS.md)") from None
-    for f in spec.get("files", []):
+    spec = inputs.read_toml(path, "fix the file (docs/WORKLOADS.md)")
+    for f in spec.get("files", []) if isinstance(spec.get("files"), list) else []:
         # Shared page content lives once, in workloads/data/.
-        if "source" in f:
-            f["text"] = (_dir() / "data" / f.pop("source")).read_text()
+        if isinstance(f, dict) and isinstance(f.get("source"), str):
+            f["text"] = inputs.read_text(_dir() / "data" / f.pop("source"), "fix the file (docs/WORKLOADS.md)")
     problems = validate(spec)
     if problems:  # checked on every load, so a mistake in a file stops before any build or boot
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
