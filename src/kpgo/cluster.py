@@ -64,6 +64,7 @@ ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:63
 GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
 HEARTBEAT_SECONDS = 60.0  # a line this often while a build or a collection runs on a node
+MERGE_HEARTBEAT_SECONDS = 10.0  # a line this often while a level of a fleet merge runs
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
 KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
 # have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
@@ -226,25 +227,16 @@ def _files_task(plan: Any, rels: list[str], lo: int, hi: int, unmatched: list[li
     return out, [_stat("fold-files", hi - lo, start)]
 
 
-def _combine_task(plan: Any, refs: list[Any], files: bool) -> tuple[Any, list[dict[str, Any]]]:
-    """Fold the partials behind refs one at a time: memory is the result and one partial, not fan_in of them."""
-    import ray
-
+def _combine_task(plan: Any, files: bool, *children: tuple[Any, list[dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
+    """Fold the partials of children (each a task's (value, stats)) one at a time. They are the task's arguments, not
+    refs it waits for: Ray fetches them (or makes a lost one again) before the task takes a CPU, and maps their arrays
+    from the node's object store."""
     from kpgo.gcov.merge import combine, combine_files
 
-    ray.wait(refs, num_returns=len(refs), fetch_local=False)  # (blocked, the task gives its CPU back)
     start = _start()
-    stats: list[dict[str, Any]] = []
-
-    def parts() -> Iterator[Any]:
-        for r in refs:
-            value, below = ray.get(r)
-            stats.extend(below)
-            yield value
-            del value
-
-    out = combine_files(plan, parts()) if files else combine(plan, parts())
-    return out, [*stats, _stat("combine-files" if files else "combine", len(refs), start)]
+    parts = [value for value, _ in children]
+    out = combine_files(plan, parts) if files else combine(plan, parts)
+    return out, [*(s for _, below in children for s in below), _stat("combine-files" if files else "combine", len(children), start)]
 
 
 def _get(ray: ModuleType, refs: Any, what: str = "merge") -> Any:
@@ -264,13 +256,34 @@ def _chunks(n: int, k: int) -> list[tuple[int, int]]:
     return [(a, min(a + k, n)) for a in range(0, n, k)]
 
 
-def _reduce(ray: ModuleType, plan_ref: Any, refs: list[Any], fan_in: int, files: bool) -> tuple[Any, int]:
-    """Nodes of at most fan_in children, level after level, until one remains; the root's ref and the levels."""
+def _wait_level(ray: ModuleType, refs: list[Any], what: str, address: str) -> None:
+    """Wait here, on the driver, until every task of a level of the merge has ended (nothing waits inside a task: a task
+    waiting for a partial of a lost node would hold the CPU Ray needs to make that partial again). A line every
+    MERGE_HEARTBEAT_SECONDS says how far it is; when no live node with a CPU is left, one line."""
+    pending, t0 = list(refs), time.monotonic()
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=MERGE_HEARTBEAT_SECONDS, fetch_local=False)
+        if not pending:
+            break
+        cpus = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
+        if not cpus:
+            raise InfraError(f"merge: no node of the Ray cluster at {address} with a CPU is left ({what}: {len(refs) - len(pending)} of "
+                             f"{len(refs)} tasks done)", "start nodes again (docs/SCALE.md) and run the same command again")
+        say(f"merge: {what}: {len(refs) - len(pending)} of {len(refs)} tasks done, {fmt_secs(time.monotonic() - t0)}, "
+            f"{len(cpus)} node(s) with CPUs alive")
+
+
+def _tree(ray: ModuleType, leaves: list[Any], plan_ref: Any, fan_in: int, files: bool, address: str) -> tuple[Any, int]:
+    """The leaves' refs folded by nodes of at most fan_in children, level after level, until one remains; the root's
+    ref and the number of levels. Each level starts once the one below has ended; its partials are freed once read."""
     node = ray.remote(_combine_task)
-    levels = 1
+    kind = "per-file " if files else ""
+    refs, levels = leaves, 1
+    _wait_level(ray, refs, f"{kind}level 1 ({len(refs)} folds)", address)
     while len(refs) > 1:
-        refs = [node.remote(plan_ref, refs[a:b], files) for a, b in _chunks(len(refs), fan_in)]
+        refs = [node.remote(plan_ref, files, *refs[a:b]) for a, b in _chunks(len(refs), fan_in)]
         levels += 1
+        _wait_level(ray, refs, f"{kind}level {levels} ({len(refs)} combines)", address)
     return refs[0], levels
 
 
@@ -302,8 +315,7 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         plan = make_plan(paths, weights, normalize, runs, strict, totals, names=names)
         plan_ref = ray.put(plan)
         fold = ray.remote(_fold_task)
-        root, levels = _reduce(ray, plan_ref, [fold.remote(plan_ref, a, b) for a, b in _chunks(len(paths), fan_in)],
-                               fan_in, files=False)
+        root, levels = _tree(ray, [fold.remote(plan_ref, a, b) for a, b in _chunks(len(paths), fan_in)], plan_ref, fan_in, False, address)
         part, below = _get(ray, root)
         del root
         stats += below
@@ -312,8 +324,8 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         if rels:
             unmatched = [i.unmatched for i in part.inputs]
             task = ray.remote(_files_task)
-            froot, _ = _reduce(ray, plan_ref, [task.remote(plan_ref, rels, a, b, unmatched[a:b])
-                                               for a, b in _chunks(len(paths), fan_in)], fan_in, files=True)
+            froot, _ = _tree(ray, [task.remote(plan_ref, rels, a, b, unmatched[a:b]) for a, b in _chunks(len(paths), fan_in)],
+                             plan_ref, fan_in, True, address)
             files, below = _get(ray, froot)
             del froot
             stats += below

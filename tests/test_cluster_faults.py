@@ -1,0 +1,133 @@
+"""The cluster under faults (docs/SCALE.md), on real Ray clusters of several nodes on this machine: a node killed
+during a fleet merge."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import slow_merge
+from gcov_fixtures import gcc_build  # noqa: F401
+from kpgo.errors import InfraError
+from kpgo.gcov.merge import merge_profiles
+from test_cluster import fleet, same_tree  # noqa: F401
+
+TESTS = Path(__file__).resolve().parent
+# A lost node declared dead in ~3 s; every task's value in its node's object store, as a real profile's partial is
+# (Ray hands values under 100 KB, as these small profiles' are, to their owner directly, and a node's loss would lose none).
+CLUSTER_CONFIG = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3, "max_direct_call_object_size": 1}
+
+
+@pytest.fixture
+def watchdog() -> Iterator[None]:
+    """A test that hangs fails after 300 s instead (SIGALRM: Ray's waits give way to signals)."""
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError("the test did not finish in 300 s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(300)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def slowed_cluster(marks: Path, monkeypatch: pytest.MonkeyPatch, head_cpus: int) -> Any:
+    """A head of head_cpus CPUs on this machine, its nodes' folds marked and slowed (tests/slow_merge.py)."""
+    from ray.cluster_utils import Cluster
+
+    marks.mkdir()
+    monkeypatch.setenv(slow_merge.MARKS, str(marks))
+    monkeypatch.setenv(slow_merge.SECONDS, "2")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p))
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False, "_system_config": CLUSTER_CONFIG})
+
+
+@contextlib.contextmanager
+def driving(cluster: Any) -> Iterator[None]:
+    """This process the cluster's driver, its workers' folds slowed; everything stopped after the block."""
+    import ray
+
+    try:
+        ray.init(address=cluster.address, runtime_env={"worker_process_setup_hook": "slow_merge.install"}, logging_level="WARNING",
+                 log_to_driver=False)
+        yield
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def kill_at(cluster: Any, node: Any, marks: Path, mark: str) -> tuple[threading.Thread, list[str]]:
+    """A thread that kills node (raylet and workers, no grace) as soon as a fold leaves a mark ending in `mark` there
+    (start or end); the list gets the marks seen then (empty if none within 120 s)."""
+    seen: list[str] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if now := sorted(p.name for p in marks.glob(f"{node.node_id}.*.{mark}")):
+                cluster.remove_node(node, allow_graceful=False)
+                seen.extend(now)
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=kill)
+    t.start()
+    return t, seen
+
+
+def test_a_node_killed_during_a_merge(fleet: tuple[list[Path], list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      watchdog: None, capfd: pytest.CaptureFixture[str]) -> None:
+    """A head and a worker node of 1 CPU each; the worker node is killed the moment its first fold ends, its partial
+    lost with it: Ray folds those inputs again on the head, the merge ends with the serial merge's bytes, and the driver
+    said how far it was while it waited."""
+    from kpgo import cluster as kpgo_cluster
+
+    monkeypatch.setattr(kpgo_cluster, "MERGE_HEARTBEAT_SECONDS", 1.0)
+    marks = tmp_path / "marks"
+    cluster = slowed_cluster(marks, monkeypatch, 1)
+    with driving(cluster):
+        worker = cluster.add_node(num_cpus=1)
+        killer, seen = kill_at(cluster, worker, marks, "end")
+        res = kpgo_cluster.tree_merge(fleet[0], tmp_path / "tree", fan_in=2, strict=True, address=cluster.address)
+        killer.join()
+        head = cluster.head_node.node_id
+    assert seen, "the worker node was not seen folding"
+    lost = seen[0].split(".")[1]
+    assert (marks / f"{head}.{lost}.start").exists(), f"fold {lost} was not made again on the head: {sorted(p.name for p in marks.iterdir())}"
+    merge_profiles(fleet[0], tmp_path / "serial", strict=True)
+    assert same_tree(tmp_path / "serial", tmp_path / "tree")
+    assert res["cluster"]["levels"] == 3
+    err = capfd.readouterr().err
+    assert "kpgo: merge: level 1 (4 folds): " in err, err
+
+
+def test_no_node_left_during_a_merge_is_one_line(fleet: tuple[list[Path], list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 watchdog: None) -> None:
+    """A head without CPUs and one worker node, killed during its first fold: one line, and no output."""
+    from kpgo import cluster as kpgo_cluster
+
+    monkeypatch.setattr(kpgo_cluster, "MERGE_HEARTBEAT_SECONDS", 1.0)
+    marks = tmp_path / "marks"
+    cluster = slowed_cluster(marks, monkeypatch, 0)
+    address = cluster.address
+    with driving(cluster):
+        worker = cluster.add_node(num_cpus=1)
+        killer, seen = kill_at(cluster, worker, marks, "start")
+        with pytest.raises(InfraError) as e:
+            kpgo_cluster.tree_merge(fleet[0], tmp_path / "tree", fan_in=2, strict=True, address=cluster.address)
+        killer.join()
+    assert seen
+    assert str(e.value).startswith(f"merge: no node of the Ray cluster at {address} with a CPU is left (level 1 (4 folds): ")
+    assert "\n" not in str(e.value) and e.value.hint and "run the same command again" in e.value.hint
+    assert not (tmp_path / "tree").exists() and not list(tmp_path.glob(".tree*"))
