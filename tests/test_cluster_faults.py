@@ -1,11 +1,13 @@
-"""The cluster under faults (docs/SCALE.md), on real Ray clusters of several nodes on this machine: a node killed
-during a fleet merge."""
+"""The cluster under faults (docs/SCALE.md), on real Ray clusters of nodes on this machine: a node killed during a
+fleet merge, no node left, `--cluster local` beside another Ray."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 import slow_merge
+from conftest import kpgo
 from gcov_fixtures import gcc_build  # noqa: F401
 from kpgo.errors import InfraError
 from kpgo.gcov.merge import merge_profiles
@@ -131,3 +134,38 @@ def test_no_node_left_during_a_merge_is_one_line(fleet: tuple[list[Path], list[P
     assert str(e.value).startswith(f"merge: no node of the Ray cluster at {address} with a CPU is left (level 1 (4 folds): ")
     assert "\n" not in str(e.value) and e.value.hint and "run the same command again" in e.value.hint
     assert not (tmp_path / "tree").exists() and not list(tmp_path.glob(".tree*"))
+
+
+@pytest.mark.parametrize("other", ["stale", "running"])
+def test_local_beside_another_ray(fleet: tuple[list[Path], list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+    """`--cluster local` starts its own Ray whatever this machine has: a Ray node running here, its address in Ray's
+    address file (as `ray start` leaves it), or that file left by a Ray that is gone (and RAY_ADDRESS naming it)."""
+    from ray.cluster_utils import Cluster
+
+    short = Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes
+    monkeypatch.setenv("RAY_TMPDIR", str(short))
+    (short / "ray").mkdir()
+    running = None
+    try:
+        if other == "running":
+            running = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+            address = running.address
+        else:
+            address = "127.0.0.1:1"  # nothing listens there
+        (short / "ray" / "ray_current_cluster").write_text(address)
+        res = kpgo("profile", "merge", *fleet[0][:3], "-o", tmp_path / "tree", "--cluster", "local", timeout=300, env={"RAY_ADDRESS": address})
+        assert res.returncode == 0, res.stderr
+        merge_profiles(fleet[0][:3], tmp_path / "serial", strict=True)
+        assert same_tree(tmp_path / "serial", tmp_path / "tree")
+        if running is not None:  # untouched: still the only node of its cluster
+            import ray
+
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            try:
+                assert len([n for n in ray.nodes() if n["Alive"]]) == 1
+            finally:
+                ray.shutdown()
+    finally:
+        if running is not None:
+            running.shutdown()
+        shutil.rmtree(short, ignore_errors=True)

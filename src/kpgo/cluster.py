@@ -81,6 +81,13 @@ def _import_ray() -> ModuleType:
     return ray
 
 
+def _ray_temp() -> str:
+    """Where Ray keeps its sessions and logs on this machine (RAY_TMPDIR or TMPDIR, then /tmp: Ray's own rule)."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return str(get_default_ray_temp_dir())
+
+
 def _endpoint(address: str) -> tuple[str, int]:
     """The host and port Ray will dial for `address` (its own resolution: RAY_ADDRESS, the cluster `ray start` left
     for auto, localhost replaced by this node's address)."""
@@ -136,10 +143,12 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
     if address == LOCAL:
         cpus = num_cpus or len(os.sched_getaffinity(0))
         try:
-            ray.init(num_cpus=cpus, resources={GUEST: 1}, include_dashboard=False, **quiet)
+            # address "local": a new Ray, not one `ray start` runs here or a dead one's address file names (ray.init's own
+            # default would join those, and then refuse num_cpus)
+            ray.init(address=LOCAL, num_cpus=cpus, resources={GUEST: 1}, include_dashboard=False, **quiet)
         except Exception as e:  # Ray raises many kinds; none is the user's to fix
             raise InfraError(f"could not start a local Ray cluster: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                             "see Ray's logs under /tmp/ray/session_latest/logs") from None
+                             f"see Ray's logs under {_ray_temp()}/session_latest/logs") from None
         return ray
     _probe(address)
     # Something answered: if it is not a Ray head, ray.init gives up after one round of retries (~40 s) rather than
