@@ -4,9 +4,12 @@ fleet merge, no node left, `--cluster local` beside another Ray."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -169,3 +172,21 @@ def test_local_beside_another_ray(fleet: tuple[list[Path], list[Path]], tmp_path
         if running is not None:
             running.shutdown()
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_json_stays_json_whatever_is_printed(fleet: tuple[list[Path], list[Path]], tmp_path: Path) -> None:
+    """`--json` on a cluster: what else writes to stdout while Ray runs (Ray prints its nodes' messages there; here
+    lines written to file descriptor 1, to sys.stdout and by a child process once Ray is up) goes to stderr, and
+    stdout is the JSON alone."""
+    noise = ("import os, subprocess, sys; from kpgo import cluster\n"
+             "real = cluster.connect\n"
+             "def noisy(*a, **k):\n"
+             "    ray = real(*a, **k); os.write(1, b'fd noise\\n'); print('print noise'); subprocess.run(['echo', 'child noise']); return ray\n"
+             "cluster.connect = noisy\n")
+    code = noise + "from kpgo.cli import main; sys.exit(main(sys.argv[1:]))"
+    cp = subprocess.run([sys.executable, "-c", code, "profile", "merge", *map(str, fleet[0][:3]), "-o", str(tmp_path / "m"),
+                         "--cluster", "local", "--json"], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert cp.returncode == 0, cp.stderr
+    res = json.loads(cp.stdout)
+    assert res["cluster"]["address"] == "local" and len(res["inputs"]) == 3
+    assert all(n in cp.stderr for n in ("fd noise", "print noise", "child noise")), cp.stderr

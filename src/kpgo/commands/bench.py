@@ -43,9 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     from kpgo import atomic, bench, workloads
+    from kpgo.progress import print_json
 
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
     design, guest, sim = design_from(args), guest_from(args), sim_from(args)
@@ -56,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         specs = chosen_workloads(args)  # last: it may compile a workload's helper
     res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=args.cluster)
-    print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
+    if args.json:
+        print_json(res, sort_keys=False)
+    else:
+        print(bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.out)
     return 0

@@ -88,8 +88,9 @@ def _quiet_numpy() -> None:
 
 
 def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
+    from kpgo.progress import print_json
+
+    print_json(obj)
 
 
 def _table(rows: list[tuple[str, Any]]) -> None:
