@@ -23,11 +23,12 @@ import pytest
 import slow_merge
 from conftest import kpgo
 from gcov_fixtures import gcc_build  # noqa: F401
-from kpgo.errors import InfraError
+from kpgo.errors import InfraError, UserError
 from kpgo.gcov.merge import merge_profiles
 from test_cluster import fleet, same_tree  # noqa: F401
 
 TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
 # A lost node declared dead in ~3 s; every task's value in its node's object store, as a real profile's partial is
 # (Ray hands values under 100 KB, as these small profiles' are, to their owner directly, and a node's loss would lose none).
 CLUSTER_CONFIG = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3, "max_direct_call_object_size": 1}
@@ -190,3 +191,52 @@ def test_json_stays_json_whatever_is_printed(fleet: tuple[list[Path], list[Path]
     res = json.loads(cp.stdout)
     assert res["cluster"]["address"] == "local" and len(res["inputs"]) == 3
     assert all(n in cp.stderr for n in ("fd noise", "print noise", "child noise")), cp.stderr
+
+
+def test_a_node_with_another_kpgo_is_one_line(fleet: tuple[list[Path], list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only node with CPUs runs a kpgo whose files differ from the driver's by one comment: its first task refuses
+    in one line naming both, and nothing is written."""
+    from ray.cluster_utils import Cluster
+
+    from kpgo import cluster as kpgo_cluster
+
+    other = tmp_path / "other"
+    shutil.copytree(SRC / "kpgo", other / "kpgo", ignore=shutil.ignore_patterns("__pycache__"))
+    with (other / "kpgo" / "stats.py").open("a") as f:
+        f.write("# a node's local change\n")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    address = cluster.address
+    try:
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(other), os.environ.get("PYTHONPATH", "")]))
+        cluster.add_node(num_cpus=1)  # (its processes import kpgo from `other`)
+        monkeypatch.undo()
+        with pytest.raises(UserError) as e:
+            kpgo_cluster.tree_merge(fleet[0], tmp_path / "out", fan_in=4, address=address)
+    finally:
+        cluster.shutdown()
+    mine = kpgo_cluster.kpgo_identity()
+    msg = str(e.value)
+    assert "\n" not in msg and " runs another kpgo than the driver: " in msg and f"in {other / 'kpgo'}" in msg, msg
+    assert f"the driver {mine['version']} (files {mine['digest']})" in msg and "install the driver's kpgo on every node" in msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_node_caches_are_bounded_and_tidied(tmp_path: Path) -> None:
+    """A node's copies of kernels are held to their bound, least recently used first, never the one in use; the task
+    directories of nodes no longer alive are removed, those of live nodes kept."""
+    from kpgo.cluster import tidy_node_dirs, trim_kernels
+
+    kernels = tmp_path / "cluster" / "kernels"
+    for i, name in enumerate(["old", "mid", "new", "used"]):
+        (kernels / name).mkdir(parents=True)
+        (kernels / name / "bzImage").write_bytes(bytes(400_000))
+        os.utime(kernels / name, (1000 + i, 1000 + i))
+    os.utime(kernels / "used", (10, 10))  # the least recent, but the one a task uses now
+    assert trim_kernels(kernels, keep=kernels / "used", limit_mb=0.9) == ["old", "mid"]
+    assert sorted(p.name for p in kernels.iterdir()) == ["new", "used"]
+    assert trim_kernels(kernels, keep=kernels / "used", limit_mb=0.9) == []
+    for kind, node in [("boots", "aaaaaaaaaaaa"), ("collect", "bbbbbbbbbbbb"), ("builds", "aaaaaaaaaaaa"), ("builds", "cccccccccccc")]:
+        (tmp_path / "cluster" / kind / node / "task").mkdir(parents=True)
+    assert sorted(tidy_node_dirs(tmp_path, {"aaaaaaaaaaaa" + "0" * 44})) == ["builds/cccccccccccc", "collect/bbbbbbbbbbbb"]
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted((tmp_path / "cluster").glob("*/*")) if p.parent.name != "kernels"] == [
+        "cluster/boots/aaaaaaaaaaaa", "cluster/builds/aaaaaaaaaaaa"]

@@ -35,6 +35,7 @@ node at a time, the next to the node that is free (_Nodes.spread); a build's out
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -65,6 +66,8 @@ GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring 
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
 HEARTBEAT_SECONDS = 60.0  # a line this often while a build or a collection runs on a node
 MERGE_HEARTBEAT_SECONDS = 10.0  # a line this often while a level of a fleet merge runs
+KERNELS_MB = 4096  # a node keeps its copies of kernels up to this (the server kernel's are ~11 MB, a tiny one's 3-5 MB)
+KERNELS_MB_ENV = "KPGO_NODE_KERNELS_MB"  # ... or this, set on the node
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
 KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
 # have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
@@ -182,6 +185,45 @@ def session(address: str, num_cpus: int | None = None) -> Iterator[ModuleType]:
 # receive their code. Each returns (its value, [stats of itself and the tasks below it]).
 
 
+@functools.cache
+def kpgo_identity() -> dict[str, str]:
+    """This process's kpgo: its version, where it is installed and a digest of every file of the package (its code and
+    its data), which a node's must equal the driver's: a task runs the node's own kpgo, not code sent by the driver."""
+    import kpgo
+
+    root = Path(kpgo.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{f.relative_to(root)}\0{f.stat().st_size}\0".encode())
+        h.update(f.read_bytes())
+    return {"version": kpgo.__version__, "digest": h.hexdigest()[:16], "path": str(root)}
+
+
+def _run_task(driver: dict[str, str], name: str, *args: Any) -> Any:
+    """Every kpgo task on a node: refused in one line unless the node runs the driver's kpgo, then the task `name`."""
+    mine = kpgo_identity()
+    if (mine["version"], mine["digest"]) != (driver["version"], driver["digest"]):
+        raise UserError(f"{socket.gethostname()} runs another kpgo than the driver: {mine['version']} (files {mine['digest']}) "
+                        f"in {mine['path']}, the driver {driver['version']} (files {driver['digest']})",
+                        "install the driver's kpgo on every node (the same release or tree) — docs/SCALE.md")
+    return _TASKS[name](*args)
+
+
+class _Task:
+    """A kpgo task function as a Ray task run through _run_task (which checks the node's kpgo first); .options() as
+    Ray's."""
+
+    def __init__(self, ray: ModuleType, fn: Any, options: dict[str, Any] | None = None) -> None:
+        self.ray, self.fn, self.opts = ray, fn, options or {}
+        self.remote_fn = ray.remote(_run_task).options(name=fn.__name__.strip("_"), **self.opts)
+
+    def options(self, **kw: Any) -> _Task:
+        return _Task(self.ray, self.fn, {**self.opts, **kw})
+
+    def remote(self, *args: Any) -> Any:
+        return self.remote_fn.remote(kpgo_identity(), self.fn.__name__, *args)
+
+
 def _reset_peak() -> None:
     """Start this process's peak RSS afresh (Linux): workers are reused, and a task's peak is what is asked for."""
     with contextlib.suppress(OSError):
@@ -285,7 +327,7 @@ def _wait_level(ray: ModuleType, refs: list[Any], what: str, address: str) -> No
 def _tree(ray: ModuleType, leaves: list[Any], plan_ref: Any, fan_in: int, files: bool, address: str) -> tuple[Any, int]:
     """The leaves' refs folded by nodes of at most fan_in children, level after level, until one remains; the root's
     ref and the number of levels. Each level starts once the one below has ended; its partials are freed once read."""
-    node = ray.remote(_combine_task)
+    node = _Task(ray, _combine_task)
     kind = "per-file " if files else ""
     refs, levels = leaves, 1
     _wait_level(ray, refs, f"{kind}level 1 ({len(refs)} folds)", address)
@@ -317,13 +359,13 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         stats: list[dict[str, Any]] = []
         totals = None
         if normalize:
-            task = ray.remote(_totals_task)
+            task = _Task(ray, _totals_task)
             got = _get(ray, [task.remote(paths[a:b]) for a, b in _chunks(len(paths), fan_in)])
             totals = [t for value, _ in got for t in value]
             stats += [s for _, below in got for s in below]
         plan = make_plan(paths, weights, normalize, runs, strict, totals, names=names)
         plan_ref = ray.put(plan)
-        fold = ray.remote(_fold_task)
+        fold = _Task(ray, _fold_task)
         root, levels = _tree(ray, [fold.remote(plan_ref, a, b) for a, b in _chunks(len(paths), fan_in)], plan_ref, fan_in, False, address)
         part, below = _get(ray, root)
         del root
@@ -332,7 +374,7 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         files = Files({}, {})
         if rels:
             unmatched = [i.unmatched for i in part.inputs]
-            task = ray.remote(_files_task)
+            task = _Task(ray, _files_task)
             froot, _ = _tree(ray, [task.remote(plan_ref, rels, a, b, unmatched[a:b]) for a, b in _chunks(len(paths), fan_in)],
                              plan_ref, fan_in, True, address)
             files, below = _get(ray, froot)
@@ -495,7 +537,49 @@ def _build_here(key: str, box: list[Any]) -> Path:
             for rel, data in files.items():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / rel).write_bytes(data)
+        trim_kernels(d.parent, keep=d)
+    os.utime(d)  # used now: the last to go (trim_kernels)
     return d
+
+
+def trim_kernels(root: Path, keep: Path, limit_mb: float | None = None) -> list[str]:
+    """A node's copies of kernels (root: KPGO_CACHE/cluster/kernels) held to limit_mb (KERNELS_MB_ENV, else
+    KERNELS_MB): the least recently used go first, never `keep` (the one a task uses now). Returns those removed."""
+    limit = float(os.environ.get(KERNELS_MB_ENV) or KERNELS_MB) if limit_mb is None else limit_mb
+    sized = []
+    for d in root.iterdir() if root.is_dir() else ():
+        if d.is_dir() and not d.name.startswith("."):  # (atomic's temporary siblings are another task's, in progress)
+            sized.append((d.stat().st_mtime, sum(f.stat().st_size for f in d.rglob("*") if f.is_file()), d))
+    total = sum(size for _, size, _ in sized) / 1e6
+    removed = []
+    for _, size, d in sorted(sized, key=lambda x: x[0]):
+        if total <= limit:
+            break
+        if d != keep:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d.name)
+            total -= size / 1e6
+    return removed
+
+
+def tidy_node_dirs(cache: Path, alive: set[str]) -> list[str]:
+    """Remove the task directories (KPGO_CACHE/cluster/{boots,collect,builds}/NODE) of nodes that are not alive in this
+    cluster: a task removes its own when it ends, but not when its node is killed. Returns those removed."""
+    removed = []
+    for kind in ("boots", "collect", "builds"):
+        for d in (cache / "cluster" / kind).glob("*"):
+            if d.is_dir() and not any(n.startswith(d.name) for n in alive):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(f"{kind}/{d.name}")
+    return removed
+
+
+def _tidy_here() -> None:
+    """What a node's check does first: its cache's leftovers of lost nodes removed, its kernels held to their bound."""
+    import ray
+
+    tidy_node_dirs(cache_dir(), {n["NodeID"] for n in ray.nodes() if n.get("Alive")})
+    trim_kernels(cache_dir() / "cluster" / "kernels", keep=Path())
 
 
 def _kernel_here(key: str, box: list[Any]) -> Path:
@@ -515,6 +599,7 @@ def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: b
     from kpgo.workloads import install
 
     facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity(), "host_kernel": platform.release()}
+    _tidy_here()
     problems = [f"{tool} ({proc.PACKAGES[tool]}) is not installed" for tool in ("qemu-system-x86_64", "vng") if proc.which(tool) is None]
     try:
         install.require(wls)
@@ -596,6 +681,7 @@ def _build_check_task(source_arg: str | None, ident: str, compilers: dict[str, t
     from kpgo.kernel import source
 
     facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity()}
+    _tidy_here()
     problems = [f"{t} ({proc.PACKAGES.get(t, t)}) is not installed" for t in ("make", "flex", "bison", "bc", "gcc") if proc.which(t) is None]
     for name, (compiler, version) in compilers.items():
         try:
@@ -793,7 +879,7 @@ class BenchOnCluster(_Nodes):
                 raise UserError(f"kernel image {paths[KERNEL_FILES[0]]} not found", "build it first with `kpgo build`")
             self.kernels[label] = (_safe_key(key), [ray.put({rel: p.read_bytes() for rel, p in paths.items() if p.is_file()})])
         probe = None if choice.mode == "on" else next(iter(self.kernels.values()))
-        check = ray.remote(_check_task)
+        check = _Task(ray, _check_task)
         checks = _get(ray, [check.options(**self._on(n["NodeID"])).remote(wls, probe, choice.mode != "off") for n in nodes], "node check")
         self.accel, sim, chosen = choose_nodes(checks, choice, self.address)
         self.checks = {c["node_id"]: c for c in chosen}
@@ -811,7 +897,7 @@ class BenchOnCluster(_Nodes):
                 f"({m['booted_again']} finished boot(s) booted again there)")
         progress.total = sched.remaining()
         how_ref = ray.put(how)
-        task = ray.remote(_boot_task)
+        task = _Task(ray, _boot_task)
         inflight: dict[Any, tuple[str, Any, float]] = {}
 
         def submit(node: str) -> None:
@@ -899,7 +985,7 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
     with session(address) as ray:
         nodes = BenchOnCluster(ray, address)
         nodes.prepare({"instrumented": (build_dir, key)}, workloads, SimChoice("off"), what="collect")
-        task = ray.remote(_collect_task)
+        task = _Task(ray, _collect_task)
 
         def start(node: str, wl: Any) -> Any:
             say(f"collect {wl.name}: on {nodes._name(node)}")
@@ -931,7 +1017,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
         nodes = _Nodes(ray, address)
         nodes.guest = False
         alive = nodes.alive("CPU")
-        check = ray.remote(_build_check_task)
+        check = _Task(ray, _build_check_task)
         src = str(source_arg.resolve()) if source_arg else None
         checks = _get(ray, [check.options(**nodes._on(n["NodeID"])).remote(src, reqs[0].source.ident, compilers) for n in alive], "node check")
         able = [c for c in checks if not c["problems"]]
@@ -941,7 +1027,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
                             "set the nodes up as this machine (make setup) — docs/SCALE.md")
         nodes.checks = {c["node_id"]: c for c in able}
         say(f"build: {len(able)} of {len(checks)} node(s) of the Ray cluster build: " + ", ".join(nodes._name(n) for n in nodes.checks))
-        task = ray.remote(_build_task)
+        task = _Task(ray, _build_task)
 
         def start(node: str, req: Any) -> Any:
             say(f"build {req.out.name}: on {nodes._name(node)}")
@@ -988,3 +1074,7 @@ def bench_runner(address: str) -> Iterator[BenchOnCluster]:
     """`kpgo bench --cluster`: a kpgo.bench.Runner on the Ray cluster at address, connected for the block."""
     with session(address) as ray:
         yield BenchOnCluster(ray, address)
+
+
+_TASKS = {f.__name__: f for f in (_totals_task, _fold_task, _files_task, _combine_task, _check_task, _boot_task, _collect_task,
+                                  _build_check_task, _build_task)}
