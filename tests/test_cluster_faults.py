@@ -240,3 +240,25 @@ def test_node_caches_are_bounded_and_tidied(tmp_path: Path) -> None:
     assert sorted(tidy_node_dirs(tmp_path, {"aaaaaaaaaaaa" + "0" * 44})) == ["builds/cccccccccccc", "collect/bbbbbbbbbbbb"]
     assert [p.relative_to(tmp_path).as_posix() for p in sorted((tmp_path / "cluster").glob("*/*")) if p.parent.name != "kernels"] == [
         "cluster/boots/aaaaaaaaaaaa", "cluster/builds/aaaaaaaaaaaa"]
+
+
+def test_a_task_s_unexpected_failure_reaches_the_user(fleet: tuple[list[Path], list[Path]], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold fails with an exception kpgo does not expect: one line naming it, and a hint naming a file here that
+    holds the node's traceback and where the node keeps its Ray logs."""
+    from kpgo import cluster as kpgo_cluster
+
+    monkeypatch.setenv(slow_merge.FAIL, "1")
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    marks = tmp_path / "marks"
+    cluster = slowed_cluster(marks, monkeypatch, 1)
+    with driving(cluster):
+        with pytest.raises(InfraError) as e:
+            kpgo_cluster.tree_merge(fleet[0], tmp_path / "out", fan_in=4, address=cluster.address)
+    assert str(e.value).startswith("a merge task failed: ZeroDivisionError: a bug in a fold, for the test — Ray's report: "), str(e.value)
+    assert "\n" not in str(e.value) and "the node's Ray logs: " in str(e.value) and "/logs" in str(e.value)
+    report = Path(str(e.value.hint).split("Ray's report: ")[1].split(";")[0])
+    assert report.parent == tmp_path / "cache" / "cluster" / "logs"
+    text = report.read_text()
+    assert "slow_merge.py" in text and 'raise ZeroDivisionError("a bug in a fold, for the test")' in text and "\x1b[" not in text, text
+    assert not (tmp_path / "out").exists()

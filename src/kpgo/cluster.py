@@ -291,16 +291,37 @@ def _combine_task(plan: Any, files: bool, *children: tuple[Any, list[dict[str, A
 
 
 def _get(ray: ModuleType, refs: Any, what: str = "merge") -> Any:
-    """ray.get with a task's kpgo error re-raised as itself (one line), and any other failure as an InfraError."""
+    """ray.get with a task's kpgo error re-raised as itself (one line), and any other failure as an InfraError naming
+    what Ray reported (_failure)."""
     try:
         return ray.get(refs)
     except ray.exceptions.RayTaskError as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, KpgoError):
-            raise cause from None
-        raise InfraError(f"a {what} task failed: {cause!r}" if cause else f"a {what} task failed: {type(e).__name__}") from None
+        raise failure(ray, e, f"a {what} task") from None
     except ray.exceptions.RayError as e:
-        raise InfraError(f"the Ray cluster failed during the {what}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        raise failure(ray, e, f"the Ray cluster during the {what}") from None
+
+
+def failure(ray: ModuleType, e: Exception, what: str, node: str | None = None) -> KpgoError:
+    """A task's failure as one line. kpgo's own error (UserError, InfraError) is itself; anything else (an exception kpgo
+    did not expect, a worker or a node that died) is an InfraError whose hint names a file here holding all Ray reported
+    (the task's traceback, as the node printed it) and where that node keeps its Ray logs."""
+    from kpgo import atomic
+
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, KpgoError):
+        return cause
+    head = f"{type(cause).__name__}: {cause}" if cause is not None else f"{type(e).__name__}: {str(e).strip()}"
+    log = cache_dir() / "cluster" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{len(_REPORTED)}.log"
+    atomic.write_text(log, f"{what} failed{f' on node {node}' if node else ''}\n\n" + re.sub(r"\x1b\[[0-9;]*m", "", str(e)) + "\n")
+    _REPORTED.append(log)
+    ip = re.search(r"\bip=([0-9A-Fa-f.:]+)", str(e))  # (Ray's report names the task's process and address: "(pid=..., ip=...)")
+    logs = sorted({f"{n.get('NodeManagerHostname')}:{Path(n.get('ObjectStoreSocketName', '')).parent.parent / 'logs'}" for n in ray.nodes()
+                   if (node and n["NodeID"] == node) or (not node and ip and n.get("NodeManagerAddress") == ip[1])})
+    return InfraError(f"{what} failed{' on ' + node[:8] if node else ''}: {head.splitlines()[0] if head.strip() else type(e).__name__}",
+                      f"Ray's report: {log}" + (f"; the node's Ray logs: {' or '.join(logs)}" if logs else ""))
+
+
+_REPORTED: list[Path] = []  # the reports failure() wrote (their names stay distinct within a second)
 
 
 def _chunks(n: int, k: int) -> list[tuple[int, int]]:
@@ -917,9 +938,8 @@ class BenchOnCluster(_Nodes):
             try:
                 outcome, files = ray.get(ready[0])
             except ray.exceptions.RayTaskError as e:  # not the boot's failure (measure returns those): the task's
-                cause = getattr(e, "cause", None)
-                outcome, files = {"error": f"the boot's task failed on {self._name(node)}: {cause!r}", "hint": "see the Ray worker's log there",
-                                  "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None
+                err = failure(ray, e, f"the boot's task on {self._name(node)}")
+                outcome, files = {"error": err.message, "hint": err.hint, "exit_code": err.exit_code, "host": {"node_id": node}}, None
             except ray.exceptions.RayError as e:
                 if self._lost(node, e):
                     for m in sched.lost(node):
@@ -993,9 +1013,8 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
 
         for wl, node, value, wall in nodes.spread(workloads, start, "collect", lambda w: w.name):
             if isinstance(value, Exception):
-                cause = getattr(value, "cause", None) or value
-                value = ({"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
-                          "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None)
+                err = failure(ray, value, f"the collection's task on {nodes._name(node)}")
+                value = ({"error": err.message, "hint": err.hint, "exit_code": err.exit_code, "host": {"node_id": node}}, None)
             outcome, files = value
             outcome["host"].setdefault("task", {})["wall"] = wall
             yield wl, outcome, files  # (kpgo.collect writes them, and adds "unpack")
@@ -1037,9 +1056,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
 
         for req, node, value, wall in nodes.spread(reqs, start, "build", lambda r: r.out.name):
             if isinstance(value, Exception):
-                cause = getattr(value, "cause", None) or value
-                yield req, InfraError(f"build {req.out.name}: its task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
-                                      "see the Ray worker's log there")
+                yield req, failure(ray, value, f"build {req.out.name}: its task on {nodes._name(node)}")
                 continue
             outcome, files = value
             out = req.out.resolve()

@@ -121,7 +121,7 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
     for wl, outcome, files in cluster.collect(address, build_dir, build["key"], todo, guest):
         out = outs[wl.name]
         if "error" in outcome:
-            hint = "run the same command again to retry it"
+            hint = outcome.get("hint") or "run the same command again to retry it"
             if files:
                 kept = out.parent / f"{out.name}.failed-logs"
                 shutil.rmtree(kept, ignore_errors=True)
