@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 import slow_merge
-from conftest import kpgo
+from conftest import assert_one_line_error, kpgo
 from gcov_fixtures import gcc_build  # noqa: F401
 from kpgo.errors import InfraError, UserError
 from kpgo.gcov.merge import merge_profiles
@@ -262,3 +263,50 @@ def test_a_task_s_unexpected_failure_reaches_the_user(fleet: tuple[list[Path], l
     text = report.read_text()
     assert "slow_merge.py" in text and 'raise ZeroDivisionError("a bug in a fold, for the test")' in text and "\x1b[" not in text, text
     assert not (tmp_path / "out").exists()
+
+
+def _own_processes(mark: str) -> list[int]:
+    """The processes whose command line names mark (a Ray temporary directory of this test's own), and their children
+    (Ray's agents name no directory)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if d.name.isdigit() and mark.encode() in (d / "cmdline").read_bytes():
+                found.append(int(d.name))
+    kids = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) in found:
+                kids.append(int(d.name))
+    return found + kids
+
+
+def test_a_head_with_token_authentication(fleet: tuple[list[Path], list[Path]], tmp_path: Path) -> None:
+    """A head started with `ray start` as docs/SCALE.md's recipe starts it (RAY_AUTH_MODE=token, the token in
+    ~/.ray/auth_token, a port that is not redis's 6379): a driver without the token is refused in one line saying what
+    a head with a token needs; with it, the merge runs."""
+    home, short = tmp_path / "home", Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))  # Ray's socket paths stay short
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_bin = Path(sys.executable).parent / "ray"
+    env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "token"}
+    try:
+        subprocess.run([ray_bin, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+        subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
+                        "--num-cpus=1", f"--temp-dir={short}"], env=env, check=True, capture_output=True, timeout=120)
+        args = ("profile", "merge", *fleet[0][:2], "-o", tmp_path / "m", "--cluster", f"127.0.0.1:{port}")
+        assert_one_line_error(kpgo(*args, timeout=300, env={"HOME": str(tmp_path)}), 1, f"cannot connect to a Ray cluster at 127.0.0.1:{port}",
+                              "RAY_AUTH_MODE=token and its token here")
+        assert not (tmp_path / "m").exists()
+        res = kpgo(*args, timeout=300, env={"HOME": str(home), "RAY_AUTH_MODE": "token"})
+        assert res.returncode == 0, res.stderr
+    finally:
+        ours = _own_processes(str(short))  # (once: an agent whose raylet ended is no longer its child)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in ours:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(3)
+        assert not _own_processes(str(short))
+        shutil.rmtree(short, ignore_errors=True)

@@ -61,7 +61,9 @@ LOCAL = "local"
 AUTO = "auto"
 PROBE_SECONDS = 5.0  # a head that does not accept a TCP connection in this time is not there
 INSTALL_HINT = "install it with pip install 'kpgo[cluster]' or make setup"
-ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:6379), auto, or local"
+ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:port), auto, or local"
+AUTH_HINT = ("a head with Ray's token authentication needs RAY_AUTH_MODE=token and its token here (~/.ray/auth_token or RAY_AUTH_TOKEN) — "
+             "docs/SCALE.md")
 GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
 HEARTBEAT_SECONDS = 60.0  # a line this often while a build or a collection runs on a node
@@ -161,7 +163,7 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
             ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, TimeoutError) as e:
             raise UserError(f"cannot connect to a Ray cluster at {address}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                            ADDRESS_HINT) from None
+                            f"check the address and the token: {AUTH_HINT}") from None
     return ray
 
 
