@@ -296,8 +296,9 @@ def test_a_head_with_token_authentication(fleet: tuple[list[Path], list[Path]], 
         subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
                         "--num-cpus=1", f"--temp-dir={short}"], env=env, check=True, capture_output=True, timeout=120)
         args = ("profile", "merge", *fleet[0][:2], "-o", tmp_path / "m", "--cluster", f"127.0.0.1:{port}")
-        assert_one_line_error(kpgo(*args, timeout=300, env={"HOME": str(tmp_path)}), 1, f"cannot connect to a Ray cluster at 127.0.0.1:{port}",
-                              "RAY_AUTH_MODE=token and its token here")
+        for mode in ("disabled", "token"):  # a driver without token authentication; one with it but no token
+            assert_one_line_error(kpgo(*args, timeout=300, env={"HOME": str(tmp_path), "RAY_AUTH_MODE": mode}), 1,
+                                  f"cannot connect to a Ray cluster at 127.0.0.1:{port}", "RAY_AUTH_MODE=token and its token here")
         assert not (tmp_path / "m").exists()
         res = kpgo(*args, timeout=300, env={"HOME": str(home), "RAY_AUTH_MODE": "token"})
         assert res.returncode == 0, res.stderr

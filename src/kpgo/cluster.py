@@ -1,6 +1,10 @@
 """kpgo on a Ray cluster: the one module that uses Ray, imported only by commands given --cluster (docs/SCALE.md).
 
+The commands hand the steps a Cluster (kpgo.remote.Remote); kpgo.bench, kpgo.collect, kpgo.pipeline and kpgo.study
+never import this module, which imports them (its tasks run their code on the nodes).
+
 API
+    Cluster(address)                   what the commands hand in: .bench_runner(), .collect(), .builds(), .merge()
     session(address, num_cpus=None)    context: Ray connected (or started, for "local"), shut down after
     connect(address, num_cpus=None)    connect the driver; one-line UserError when Ray is missing or unreachable
     tree_merge(dirs, dst, ..., fan_in, address) -> dict
@@ -13,6 +17,10 @@ API
     Schedule(boots, nodes)             which node boots what: each round whole on one node (no Ray: testable alone)
     choose_nodes(checks, choice, address)
                                        the accelerator, the simulator and the nodes a bench boots on
+    kpgo_identity()                    this kpgo's version and files' digest: every task checks its node's is the driver's
+    failure(ray, e, what, node)        a task's failure as one line, Ray's whole report written to a file here
+    trim_kernels(root, keep), tidy_node_dirs(cache, alive)
+                                       a node's cache held to its bound, a lost node's leftovers removed
 
 ADDRESS is a Ray address (host:port of the head's GCS, as `ray start --head` prints it, or ray://host:port for Ray
 Client), `auto` (the cluster `ray start` left on this machine, or RAY_ADDRESS), or `local` (a Ray started here for
@@ -21,7 +29,8 @@ this command, with one worker per core this process may use, stopped when the co
 The merge is kpgo.gcov.merge's steps as tasks: each leaf folds at most fan_in inputs into a Partial (the exact
 state of the accumulators, not rounded counters), each node above folds at most fan_in partials, level after level
 until one remains; the driver then writes the output exactly as the serial merge does (same steps, same bytes).
-Partials travel through Ray's object store and are freed once the level above has read them. Inputs are read by
+Partials travel through Ray's object store as the next level's arguments (never waited for inside a task, so a lost
+one is made again) and are freed once the level above has read them. Inputs are read by
 the tasks at the paths the driver sees (absolute): every node must see them at the same path (a shared directory;
 on a local cluster, this machine's).
 
@@ -37,14 +46,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import logging
 import os
 import platform
 import re
 import shutil
 import socket
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -53,6 +60,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kpgo import atomic
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.paths import cache_dir
 from kpgo.progress import fmt_secs, say
@@ -161,7 +169,7 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
     with _env(RAY_gcs_server_port_wait_time_s="1"):
         try:
             ray.init(address=address, **quiet)
-        except (ConnectionError, RuntimeError, TimeoutError) as e:
+        except (ConnectionError, RuntimeError, TimeoutError, ray.exceptions.RayError) as e:  # (AuthenticationError: no token here)
             raise UserError(f"cannot connect to a Ray cluster at {address}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                             f"check the address and the token: {AUTH_HINT}") from None
     return ray
@@ -307,8 +315,6 @@ def failure(ray: ModuleType, e: Exception, what: str, node: str | None = None) -
     """A task's failure as one line. kpgo's own error (UserError, InfraError) is itself; anything else (an exception kpgo
     did not expect, a worker or a node that died) is an InfraError whose hint names a file here holding all Ray reported
     (the task's traceback, as the node printed it) and where that node keeps its Ray logs."""
-    from kpgo import atomic
-
     cause = getattr(e, "cause", None)
     if isinstance(cause, KpgoError):
         return cause
@@ -548,7 +554,6 @@ def _build_here(key: str, box: list[Any]) -> Path:
     """This node's copy of a kernel build (KERNEL_FILES, in a build's layout, so vng boots it as it boots the build):
     fetched from the object store and written once per node, keyed by the build's key. box holds the object ref (in a
     list, so Ray passes the ref and does not fetch the kernel for a node that has it)."""
-    from kpgo import atomic
     from kpgo.kernel import kbuild
 
     d = cache_dir() / "cluster" / "kernels" / key
@@ -660,7 +665,7 @@ def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, na
     with _node_work(node, "boots", name) as work:
         outcome = bench.measure(image, work, step, key, how)
         laps.lap("work")
-        files = _tar(work)
+        files = atomic.tar_of(work)
         laps.lap("pack")
         where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
         where.update(node_id=node, task=laps.laps)
@@ -689,7 +694,7 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
             outcome = {"error": e.message, "exit_code": e.exit_code, "host": where}
             kept = work / "p.failed-logs"
         laps.lap("work")
-        files = _tar(kept) if kept.is_dir() else None
+        files = atomic.tar_of(kept) if kept.is_dir() else None
         laps.lap("pack")
         return outcome, files
 
@@ -743,7 +748,7 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
         prof = None
         if profile is not None:
             prof = work / "profile"
-            untar(ray.get(profile[0]), prof)
+            atomic.untar(ray.get(profile[0]), prof)
         mine = replace(req, source=source.resolve(Path(source_arg) if source_arg else None), config=replace(req.config, files=tuple(cfgs)),
                        out=work / "out", profile=prof, jobs=(os.cpu_count() or 2) + 1)
         laps.lap("fetch")
@@ -760,7 +765,7 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
         keep = [r for r in BUILD_FILES if (out / r).is_file()]
         if "build" in outcome and outcome["build"].get("gcov"):  # kpgo.analysis reads the functions' structure from them
             keep += [str(g.relative_to(out)) for g in out.rglob("*.gcno")]
-        tar = _tar(out, keep)
+        tar = atomic.tar_of(out, keep)
         laps.lap("pack")
         return outcome, tar
 
@@ -777,22 +782,6 @@ def _node_work(node: str, kind: str, name: str) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _tar(root: Path, only: Sequence[str] | None = None) -> bytes:
-    """root's files (or only these, relative to it) as a gzipped tar, for the driver to write (untar)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for rel in ["."] if only is None else only:
-            tar.add(root / rel, arcname=rel)
-    return buf.getvalue()
-
-
-def untar(data: bytes, dest: Path) -> None:
-    """What _tar packed on a node, written into dest (the driver's side)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
 
 
 def _safe_key(key: str) -> str:
@@ -959,7 +948,7 @@ class BenchOnCluster(_Nodes):
             wall = round(time.monotonic() - t0, 3)
             t1 = time.monotonic()
             if files:
-                untar(files, b.bootdir)
+                atomic.untar(files, b.bootdir)
             where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
             if "task" in where:
                 where["task"] |= {"wall": wall, "unpack": round(time.monotonic() - t1, 3), "bytes": len(files or b"")}
@@ -1027,7 +1016,6 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
     all its cores, on the nodes whose check passed (the same kernel source and compilers as here); a node lost
     mid-build gives its build to another node. Each build is written into its req.out here as it ends (BUILD_FILES,
     build.json saying where it was built); yields (req, its build.json or the error)."""
-    from kpgo import atomic
     from kpgo.kernel import kbuild
 
     if not reqs:
@@ -1052,7 +1040,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
 
         def start(node: str, req: Any) -> Any:
             say(f"build {req.out.name}: on {nodes._name(node)}")
-            prof = [ray.put(_tar(req.profile))] if req.profile is not None else None
+            prof = [ray.put(atomic.tar_of(req.profile))] if req.profile is not None else None
             configs = [(f.name, f.read_bytes()) for f in req.config.files]
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(req, keys[req.out], src, configs, prof)
 
@@ -1065,7 +1053,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             if "error" in outcome:
                 log = out.parent / f"{out.name}.{node[:8]}-build.log"
                 with tempfile.TemporaryDirectory() as logs:
-                    untar(files, Path(logs))
+                    atomic.untar(files, Path(logs))
                     if (Path(logs) / "build.log").is_file():
                         atomic.write_text(log, (Path(logs) / "build.log").read_text(errors="replace"))
                 kind = UserError if outcome["exit_code"] == UserError.exit_code else InfraError
@@ -1080,7 +1068,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             timing = record["built_on"]["task"]
             t0 = time.monotonic()
             with atomic.output_dir(out, replace=True) as tmp:
-                untar(files, tmp)
+                atomic.untar(files, tmp)
                 timing |= {"wall": wall, "unpack": round(time.monotonic() - t0, 3), "bytes": len(files)}
                 atomic.write_json(tmp / "build.json", record)
             say(f"build {req.out.name}: done on {nodes._name(node)} in {fmt_secs(timing['work'])} "
@@ -1093,6 +1081,26 @@ def bench_runner(address: str) -> Iterator[BenchOnCluster]:
     """`kpgo bench --cluster`: a kpgo.bench.Runner on the Ray cluster at address, connected for the block."""
     with session(address) as ray:
         yield BenchOnCluster(ray, address)
+
+
+class Cluster:
+    """The cluster as the commands hand it to the steps (kpgo.remote.Remote): its address and the runners for boots,
+    collections, builds and merges there. Making one imports no Ray; each step connects for its own length."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def bench_runner(self) -> contextlib.AbstractContextManager[BenchOnCluster]:
+        return bench_runner(self.address)
+
+    def collect(self, build_dir: Path, key: str, workloads: list[Any], guest: Any) -> Iterator[tuple[Any, dict[str, Any], bytes | None]]:
+        return collect(self.address, build_dir, key, workloads, guest)
+
+    def builds(self, reqs: list[Any], source_arg: Path | None) -> Iterator[tuple[Any, dict[str, Any] | KpgoError]]:
+        return builds(self.address, reqs, source_arg)
+
+    def merge(self, dirs: list[Path], dst: Path, **kw: Any) -> dict[str, Any]:
+        return tree_merge(dirs, dst, address=self.address, **kw)
 
 
 _TASKS = {f.__name__: f for f in (_totals_task, _fold_task, _files_task, _combine_task, _check_task, _boot_task, _collect_task,

@@ -11,6 +11,7 @@ from kpgo.commands.common import (
     add_guest_options,
     add_workload_options,
     chosen_workloads,
+    cluster_from,
     design_from,
     guest_from,
     sim_from,
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         specs = workloads.load_many(args.workload, args.set, args.client)
     else:
         specs = chosen_workloads(args)  # last: it may compile a workload's helper
-    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=args.cluster)
+    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=cluster_from(args))
     if args.json:
         print_json(res, sort_keys=False)
     else:
