@@ -63,18 +63,26 @@ def json_only() -> Iterator[None]:
     nothing else (Ray prints its nodes' messages to stdout, a child process inherits it) mixes into it; print_json
     writes to the real stdout."""
     global _json_out
-    sys.stdout.flush()
-    real = os.fdopen(os.dup(1), "w")
     saved = sys.stdout
+    saved.flush()
+    try:
+        on_fd1 = saved.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a stream in memory (a caller capturing it): it stays the JSON's
+        on_fd1 = False
+    keep = os.dup(1)
+    real = os.fdopen(os.dup(keep), "w") if on_fd1 else saved
     os.dup2(2, 1)
     sys.stdout, _json_out = sys.stderr, real
     try:
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(real.fileno(), 1)
+        real.flush()
+        os.dup2(keep, 1)
+        os.close(keep)
         sys.stdout, _json_out = saved, None
-        real.close()
+        if real is not saved:
+            real.close()
 
 
 def print_json(obj: Any, sort_keys: bool = True) -> None:
