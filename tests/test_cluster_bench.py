@@ -22,7 +22,7 @@ import fake_boot
 import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
 from kpgo import bench, collect, pipeline, variants, vm
-from kpgo.cluster import GUEST, Schedule, choose_nodes
+from kpgo.cluster import GUEST, Cluster, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import kbuild
 from test_variants import FAKE_MAKE, fake_buildable_tree
@@ -259,7 +259,7 @@ def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, 
     cluster, worker, cache = two_nodes
     wls = [workload("fake")]
     design = bench.Design(boots=4, seed=11)
-    res = bench.bench(two_kernels, wls, tmp_path / "c", design=design, guest=vm.Guest(), cluster=cluster.address)
+    res = bench.bench(two_kernels, wls, tmp_path / "c", design=design, guest=vm.Guest(), cluster=Cluster(cluster.address))
     monkeypatch.setattr(vm, "run_agent", fake_boot.fake_run_agent)
     monkeypatch.setenv("KPGO_ACCEL", "tcg")
     here = bench.bench(two_kernels, wls, tmp_path / "h", design=design, guest=vm.Guest())
@@ -292,7 +292,7 @@ def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, 
         assert (copy / "arch" / "x86" / "boot" / "bzImage").read_bytes() == (k.build_dir / "arch" / "x86" / "boot" / "bzImage").read_bytes()
     assert not [p for p in (cache / "cluster" / "boots").glob("*/*")]
     # A rerun boots nothing: every sample is kept as it was.
-    again = bench.bench(two_kernels, wls, tmp_path / "c", design=bench.Design(boots=4), guest=vm.Guest(), cluster=cluster.address)
+    again = bench.bench(two_kernels, wls, tmp_path / "c", design=bench.Design(boots=4), guest=vm.Guest(), cluster=Cluster(cluster.address))
     assert again["samples"] == res["samples"]
 
 
@@ -308,7 +308,7 @@ def test_cluster_collect(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> No
     wls = [workload("fake-a"), workload("fake-b"), workload("broken-c"), workload("fake-d")]
     outs = {w.name: tmp_path / "p" / w.name for w in wls}
     (tmp_path / "p" / "fake-d").mkdir(parents=True)  # an earlier collection's, say
-    res = dict((w.name, r) for w, r in collect.on_cluster(cluster.address, build, outs, wls, guest=vm.Guest()))
+    res = dict((w.name, r) for w, r in collect.on_cluster(Cluster(cluster.address), build, outs, wls, guest=vm.Guest()))
     assert isinstance(res["fake-d"], UserError) and "already exists" in res["fake-d"].message
     assert isinstance(res["broken-c"], InfraError) and "a fake failure" in res["broken-c"].message
     assert res["broken-c"].hint == f"guest logs kept in {tmp_path / 'p' / 'broken-c.failed-logs'}"
@@ -342,13 +342,13 @@ def test_run_collects_on_the_cluster_what_is_not_up_to_date(two_nodes: tuple[Any
                                                          "config_hash": "c0", "gcc": "gcc-12"}))
     instr = {"key": "iiii3333"}
     wls = [workload("fake-a", params={"n": 1}), workload("fake-b", params={"n": 1})]
-    first = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), cluster.address)
+    first = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), Cluster(cluster.address))
     assert sorted(first) == ["fake-a", "fake-b"] and all(p["host"]["node_id"] for p in first.values())
     assert first["fake-a"]["host"]["node_id"] != first["fake-b"]["host"]["node_id"]  # at once, one on each node
-    again = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), cluster.address)
+    again = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), Cluster(cluster.address))
     assert again == first
     changed = [wls[0], replace(wls[1], params={"n": 2})]
-    third = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, changed, vm.Guest(), cluster.address)
+    third = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, changed, vm.Guest(), Cluster(cluster.address))
     assert third["fake-a"] == first["fake-a"]
     assert third["fake-b"]["workload"]["params"] == {"n": 2}
     assert json.loads((tmp_path / "profiles" / "fake-b.raw" / "profile.json").read_text()) == third["fake-b"]
@@ -396,7 +396,7 @@ def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kern
     killer = threading.Thread(target=kill_during_second_boot)
     killer.start()
     res = bench.bench(two_kernels, [workload("fake")], tmp_path / "c", design=bench.Design(boots=4, seed=5), guest=vm.Guest(),
-                      cluster=cluster.address)
+                      cluster=Cluster(cluster.address))
     killer.join()
     assert removed, "the worker node was not seen booting twice"
     head = cluster.head_node.node_id
@@ -445,7 +445,7 @@ def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tm
     killer, removed = kill_once_busy(cluster, fresh, cache / "cluster" / "collect" / fresh.node_id[:12])
     wls = [workload("fake-a"), workload("fake-b")]
     outs = {w.name: tmp_path / "p" / w.name for w in wls}
-    res = dict((w.name, r) for w, r in collect.on_cluster(cluster.address, build, outs, wls, guest=vm.Guest()))
+    res = dict((w.name, r) for w, r in collect.on_cluster(Cluster(cluster.address), build, outs, wls, guest=vm.Guest()))
     killer.join()
     assert removed, "the added node was not seen collecting"
     head = cluster.head_node.node_id
@@ -480,7 +480,7 @@ def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path,
     extra = cluster.add_node(num_cpus=1)  # a node without the guest resource builds too (the worker may be gone)
     cluster.wait_for_nodes()
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
-    build = opts.builder(*opts.kernel(), cluster.address)
+    build = opts.builder(*opts.kernel(), Cluster(cluster.address))
     before = len(made(cache))
     try:
         res = build.many([("vanilla", "vanilla", None), ("o3", "o3", None)])
@@ -516,7 +516,7 @@ def test_no_node_can_build_is_one_line(two_nodes: tuple[Any, Any, Path], tmp_pat
     cluster, _, _ = two_nodes
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
     spec, src = opts.kernel()
-    build = pipeline.Builder(opts, spec, replace(src, ident="0" * 16), cluster.address)
+    build = pipeline.Builder(opts, spec, replace(src, ident="0" * 16), Cluster(cluster.address))
     with pytest.raises(UserError) as e:
         build("vanilla", "vanilla")
     msg = str(e.value)
@@ -536,7 +536,7 @@ def test_a_node_removed_during_a_build(two_nodes: tuple[Any, Any, Path], tmp_pat
     cluster.wait_for_nodes()
     killer, removed = kill_once_busy(cluster, fresh, cache / "cluster" / "builds" / fresh.node_id[:12])
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
-    res = opts.builder(*opts.kernel(), cluster.address).many([(v, v, None) for v in ("vanilla", "o3", "os")])
+    res = opts.builder(*opts.kernel(), Cluster(cluster.address)).many([(v, v, None) for v in ("vanilla", "o3", "os")])
     killer.join()
     assert removed, "the added node was not seen building"
     assert all(r["ok"] and r["built_on"]["node_id"] != fresh.node_id for r in res.values())

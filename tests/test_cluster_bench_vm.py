@@ -29,6 +29,7 @@ import pytest
 from conftest import kpgo, short_sets
 from kpgo import bench
 from kpgo.cluster import GUEST
+from kpgo.cluster import Cluster as KpgoCluster
 from kpgo.paths import cache_dir
 from kpgo.vm import AGENT_STARTED
 
@@ -160,7 +161,7 @@ def test_real_builds_on_a_local_cluster(tiny_run: Path, two_nodes: tuple[Any, An
 
     cluster, worker = two_nodes
     opts = replace(study.run_options(tiny_run), run_dir=tmp_path / "run")
-    res = opts.builder(*opts.kernel(), cluster.address).many(
+    res = opts.builder(*opts.kernel(), KpgoCluster(cluster.address)).many(
         [("vanilla", "vanilla", None), ("optimized", "optimized-micro", tiny_run / "profiles" / "micro")])
     assert {r["built_on"]["node_id"] for r in res.values()} == {cluster.head_node.node_id, worker.node_id}
     for label, r in res.items():

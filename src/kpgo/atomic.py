@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -221,3 +223,20 @@ def exclusive(directory: Path, what: str) -> Iterator[None]:
         yield
     finally:
         f.close()
+
+
+def tar_of(root: Path, only: Sequence[str] | None = None) -> bytes:
+    """root's files (or only these, relative to it) as a gzipped tar: how a task on a cluster node hands back what it
+    made (kpgo.cluster), for untar to write."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel in ["."] if only is None else only:
+            tar.add(root / rel, arcname=rel)
+    return buf.getvalue()
+
+
+def untar(data: bytes, dest: Path) -> None:
+    """What tar_of packed, written into dest (members outside it refused: tarfile's "data" filter)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")

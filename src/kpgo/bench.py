@@ -15,8 +15,9 @@ again whole, so that every ratio comes from one interleaved design. OUT/results.
 design, host facts, every raw sample and the summaries, so a report can be regenerated from it.
 
 Where the boots run is a Runner: Here (this process, one boot after another), or with --cluster
-kpgo.cluster's, which boots each as a Ray task, each round whole on one node, and returns the
-samples for this process to write. Both do each boot with measure()."""
+the one of the cluster the command hands in (kpgo.remote.Remote; kpgo.cluster's, which boots each
+as a Ray task, each round whole on one node, and returns the samples for this process to write).
+Both do each boot with measure()."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
+from kpgo.remote import Remote
 from kpgo.report import present
 
 TCG_NOTE = (
@@ -472,13 +474,11 @@ class Here:
 
 
 @contextlib.contextmanager
-def _runner(cluster: str | None) -> Iterator[Runner]:
+def _runner(cluster: Remote | None) -> Iterator[Runner]:
     if cluster is None:
         yield Here()
         return
-    from kpgo import cluster as ray_cluster  # imports Ray: only with --cluster
-
-    with ray_cluster.bench_runner(cluster) as runner:
+    with cluster.bench_runner() as runner:  # (imports Ray: only with --cluster)
         yield runner
 
 
@@ -515,7 +515,7 @@ def bench(
     guest: vm.Guest,
     cells: list[tuple[str, str]] | None = None,
     sim: Any = None,
-    cluster: str | None = None,
+    cluster: Remote | None = None,
 ) -> dict:
     """Measure `cells` (default: every kernel on every workload); kernels[0] is the baseline and must be
     measured on every workload. `sim`: a kpgo.sim.SimConfig to count simulated CPU events, a SimChoice (auto:

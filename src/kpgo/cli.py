@@ -116,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_option_values(args)
+        if getattr(args, "json", False):
+            from kpgo.progress import json_only
+
+            with json_only():
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except KpgoError as e:
         print(f"kpgo: error: {e}", file=sys.stderr)

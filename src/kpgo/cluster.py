@@ -1,6 +1,10 @@
 """kpgo on a Ray cluster: the one module that uses Ray, imported only by commands given --cluster (docs/SCALE.md).
 
+The commands hand the steps a Cluster (kpgo.remote.Remote); kpgo.bench, kpgo.collect, kpgo.pipeline and kpgo.study
+never import this module, which imports them (its tasks run their code on the nodes).
+
 API
+    Cluster(address)                   what the commands hand in: .bench_runner(), .collect(), .builds(), .merge()
     session(address, num_cpus=None)    context: Ray connected (or started, for "local"), shut down after
     connect(address, num_cpus=None)    connect the driver; one-line UserError when Ray is missing or unreachable
     tree_merge(dirs, dst, ..., fan_in, address) -> dict
@@ -13,6 +17,10 @@ API
     Schedule(boots, nodes)             which node boots what: each round whole on one node (no Ray: testable alone)
     choose_nodes(checks, choice, address)
                                        the accelerator, the simulator and the nodes a bench boots on
+    kpgo_identity()                    this kpgo's version and files' digest: every task checks its node's is the driver's
+    failure(ray, e, what, node)        a task's failure as one line, Ray's whole report written to a file here
+    trim_kernels(root, keep), tidy_node_dirs(cache, alive)
+                                       a node's cache held to its bound, a lost node's leftovers removed
 
 ADDRESS is a Ray address (host:port of the head's GCS, as `ray start --head` prints it, or ray://host:port for Ray
 Client), `auto` (the cluster `ray start` left on this machine, or RAY_ADDRESS), or `local` (a Ray started here for
@@ -21,7 +29,8 @@ this command, with one worker per core this process may use, stopped when the co
 The merge is kpgo.gcov.merge's steps as tasks: each leaf folds at most fan_in inputs into a Partial (the exact
 state of the accumulators, not rounded counters), each node above folds at most fan_in partials, level after level
 until one remains; the driver then writes the output exactly as the serial merge does (same steps, same bytes).
-Partials travel through Ray's object store and are freed once the level above has read them. Inputs are read by
+Partials travel through Ray's object store as the next level's arguments (never waited for inside a task, so a lost
+one is made again) and are freed once the level above has read them. Inputs are read by
 the tasks at the paths the driver sees (absolute): every node must see them at the same path (a shared directory;
 on a local cluster, this machine's).
 
@@ -35,15 +44,14 @@ node at a time, the next to the node that is free (_Nodes.spread); a build's out
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
-import io
 import logging
 import os
 import platform
 import re
 import shutil
 import socket
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -52,6 +60,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kpgo import atomic
 from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.paths import cache_dir
 from kpgo.progress import fmt_secs, say
@@ -60,10 +69,15 @@ LOCAL = "local"
 AUTO = "auto"
 PROBE_SECONDS = 5.0  # a head that does not accept a TCP connection in this time is not there
 INSTALL_HINT = "install it with pip install 'kpgo[cluster]' or make setup"
-ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:6379), auto, or local"
+ADDRESS_HINT = "give the head's address as `ray start --head` prints it (host:port), auto, or local"
+AUTH_HINT = ("a head with Ray's token authentication needs RAY_AUTH_MODE=token and its token here (~/.ray/auth_token or RAY_AUTH_TOKEN) — "
+             "docs/SCALE.md")
 GUEST = "kpgo_guest"  # custom resource, 1 on each node that may boot measuring guests: one guest per node at a time
 RESOURCE_HINT = f"""start each node that may boot guests with ray start ... --resources='{{"{GUEST}": 1}}' (docs/SCALE.md), or use --cluster local"""
 HEARTBEAT_SECONDS = 60.0  # a line this often while a build or a collection runs on a node
+MERGE_HEARTBEAT_SECONDS = 10.0  # a line this often while a level of a fleet merge runs
+KERNELS_MB = 4096  # a node keeps its copies of kernels up to this (the server kernel's are ~11 MB, a tiny one's 3-5 MB)
+KERNELS_MB_ENV = "KPGO_NODE_KERNELS_MB"  # ... or this, set on the node
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
 KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
 # have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
@@ -78,6 +92,13 @@ def _import_ray() -> ModuleType:
     except ImportError:
         raise UserError("--cluster needs Ray, which is not installed", INSTALL_HINT) from None
     return ray
+
+
+def _ray_temp() -> str:
+    """Where Ray keeps its sessions and logs on this machine (RAY_TMPDIR or TMPDIR, then /tmp: Ray's own rule)."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return str(get_default_ray_temp_dir())
 
 
 def _endpoint(address: str) -> tuple[str, int]:
@@ -135,10 +156,12 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
     if address == LOCAL:
         cpus = num_cpus or len(os.sched_getaffinity(0))
         try:
-            ray.init(num_cpus=cpus, resources={GUEST: 1}, include_dashboard=False, **quiet)
+            # address "local": a new Ray, not one `ray start` runs here or a dead one's address file names (ray.init's own
+            # default would join those, and then refuse num_cpus)
+            ray.init(address=LOCAL, num_cpus=cpus, resources={GUEST: 1}, include_dashboard=False, **quiet)
         except Exception as e:  # Ray raises many kinds; none is the user's to fix
             raise InfraError(f"could not start a local Ray cluster: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                             "see Ray's logs under /tmp/ray/session_latest/logs") from None
+                             f"see Ray's logs under {_ray_temp()}/session_latest/logs") from None
         return ray
     _probe(address)
     # Something answered: if it is not a Ray head, ray.init gives up after one round of retries (~40 s) rather than
@@ -146,9 +169,9 @@ def connect(address: str, num_cpus: int | None = None) -> ModuleType:
     with _env(RAY_gcs_server_port_wait_time_s="1"):
         try:
             ray.init(address=address, **quiet)
-        except (ConnectionError, RuntimeError, TimeoutError) as e:
+        except (ConnectionError, RuntimeError, TimeoutError, ray.exceptions.RayError) as e:  # (AuthenticationError: no token here)
             raise UserError(f"cannot connect to a Ray cluster at {address}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                            ADDRESS_HINT) from None
+                            f"check the address and the token: {AUTH_HINT}") from None
     return ray
 
 
@@ -170,6 +193,45 @@ def session(address: str, num_cpus: int | None = None) -> Iterator[ModuleType]:
 # -- tasks --------------------------------------------------------------------------------------------------------
 # Module-level functions, so that Ray's workers import them from kpgo (every node runs the same kpgo) rather than
 # receive their code. Each returns (its value, [stats of itself and the tasks below it]).
+
+
+@functools.cache
+def kpgo_identity() -> dict[str, str]:
+    """This process's kpgo: its version, where it is installed and a digest of every file of the package (its code and
+    its data), which a node's must equal the driver's: a task runs the node's own kpgo, not code sent by the driver."""
+    import kpgo
+
+    root = Path(kpgo.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{f.relative_to(root)}\0{f.stat().st_size}\0".encode())
+        h.update(f.read_bytes())
+    return {"version": kpgo.__version__, "digest": h.hexdigest()[:16], "path": str(root)}
+
+
+def _run_task(driver: dict[str, str], name: str, *args: Any) -> Any:
+    """Every kpgo task on a node: refused in one line unless the node runs the driver's kpgo, then the task `name`."""
+    mine = kpgo_identity()
+    if (mine["version"], mine["digest"]) != (driver["version"], driver["digest"]):
+        raise UserError(f"{socket.gethostname()} runs another kpgo than the driver: {mine['version']} (files {mine['digest']}) "
+                        f"in {mine['path']}, the driver {driver['version']} (files {driver['digest']})",
+                        "install the driver's kpgo on every node (the same release or tree) — docs/SCALE.md")
+    return _TASKS[name](*args)
+
+
+class _Task:
+    """A kpgo task function as a Ray task run through _run_task (which checks the node's kpgo first); .options() as
+    Ray's."""
+
+    def __init__(self, ray: ModuleType, fn: Any, options: dict[str, Any] | None = None) -> None:
+        self.ray, self.fn, self.opts = ray, fn, options or {}
+        self.remote_fn = ray.remote(_run_task).options(name=fn.__name__.strip("_"), **self.opts)
+
+    def options(self, **kw: Any) -> _Task:
+        return _Task(self.ray, self.fn, {**self.opts, **kw})
+
+    def remote(self, *args: Any) -> Any:
+        return self.remote_fn.remote(kpgo_identity(), self.fn.__name__, *args)
 
 
 def _reset_peak() -> None:
@@ -226,51 +288,82 @@ def _files_task(plan: Any, rels: list[str], lo: int, hi: int, unmatched: list[li
     return out, [_stat("fold-files", hi - lo, start)]
 
 
-def _combine_task(plan: Any, refs: list[Any], files: bool) -> tuple[Any, list[dict[str, Any]]]:
-    """Fold the partials behind refs one at a time: memory is the result and one partial, not fan_in of them."""
-    import ray
-
+def _combine_task(plan: Any, files: bool, *children: tuple[Any, list[dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
+    """Fold the partials of children (each a task's (value, stats)) one at a time. They are the task's arguments, not
+    refs it waits for: Ray fetches them (or makes a lost one again) before the task takes a CPU, and maps their arrays
+    from the node's object store."""
     from kpgo.gcov.merge import combine, combine_files
 
-    ray.wait(refs, num_returns=len(refs), fetch_local=False)  # (blocked, the task gives its CPU back)
     start = _start()
-    stats: list[dict[str, Any]] = []
-
-    def parts() -> Iterator[Any]:
-        for r in refs:
-            value, below = ray.get(r)
-            stats.extend(below)
-            yield value
-            del value
-
-    out = combine_files(plan, parts()) if files else combine(plan, parts())
-    return out, [*stats, _stat("combine-files" if files else "combine", len(refs), start)]
+    parts = [value for value, _ in children]
+    out = combine_files(plan, parts) if files else combine(plan, parts)
+    return out, [*(s for _, below in children for s in below), _stat("combine-files" if files else "combine", len(children), start)]
 
 
 def _get(ray: ModuleType, refs: Any, what: str = "merge") -> Any:
-    """ray.get with a task's kpgo error re-raised as itself (one line), and any other failure as an InfraError."""
+    """ray.get with a task's kpgo error re-raised as itself (one line), and any other failure as an InfraError naming
+    what Ray reported (_failure)."""
     try:
         return ray.get(refs)
     except ray.exceptions.RayTaskError as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, KpgoError):
-            raise cause from None
-        raise InfraError(f"a {what} task failed: {cause!r}" if cause else f"a {what} task failed: {type(e).__name__}") from None
+        raise failure(ray, e, f"a {what} task") from None
     except ray.exceptions.RayError as e:
-        raise InfraError(f"the Ray cluster failed during the {what}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        raise failure(ray, e, f"the Ray cluster during the {what}") from None
+
+
+def failure(ray: ModuleType, e: Exception, what: str, node: str | None = None) -> KpgoError:
+    """A task's failure as one line. kpgo's own error (UserError, InfraError) is itself; anything else (an exception kpgo
+    did not expect, a worker or a node that died) is an InfraError whose hint names a file here holding all Ray reported
+    (the task's traceback, as the node printed it) and where that node keeps its Ray logs."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, KpgoError):
+        return cause
+    head = f"{type(cause).__name__}: {cause}" if cause is not None else f"{type(e).__name__}: {str(e).strip()}"
+    log = cache_dir() / "cluster" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{len(_REPORTED)}.log"
+    atomic.write_text(log, f"{what} failed{f' on node {node}' if node else ''}\n\n" + re.sub(r"\x1b\[[0-9;]*m", "", str(e)) + "\n")
+    _REPORTED.append(log)
+    ip = re.search(r"\bip=([0-9A-Fa-f.:]+)", str(e))  # (Ray's report names the task's process and address: "(pid=..., ip=...)")
+    logs = sorted({f"{n.get('NodeManagerHostname')}:{Path(n.get('ObjectStoreSocketName', '')).parent.parent / 'logs'}" for n in ray.nodes()
+                   if (node and n["NodeID"] == node) or (not node and ip and n.get("NodeManagerAddress") == ip[1])})
+    return InfraError(f"{what} failed{' on ' + node[:8] if node else ''}: {head.splitlines()[0] if head.strip() else type(e).__name__}",
+                      f"Ray's report: {log}" + (f"; the node's Ray logs: {' or '.join(logs)}" if logs else ""))
+
+
+_REPORTED: list[Path] = []  # the reports failure() wrote (their names stay distinct within a second)
 
 
 def _chunks(n: int, k: int) -> list[tuple[int, int]]:
     return [(a, min(a + k, n)) for a in range(0, n, k)]
 
 
-def _reduce(ray: ModuleType, plan_ref: Any, refs: list[Any], fan_in: int, files: bool) -> tuple[Any, int]:
-    """Nodes of at most fan_in children, level after level, until one remains; the root's ref and the levels."""
-    node = ray.remote(_combine_task)
-    levels = 1
+def _wait_level(ray: ModuleType, refs: list[Any], what: str, address: str) -> None:
+    """Wait here, on the driver, until every task of a level of the merge has ended (nothing waits inside a task: a task
+    waiting for a partial of a lost node would hold the CPU Ray needs to make that partial again). A line every
+    MERGE_HEARTBEAT_SECONDS says how far it is; when no live node with a CPU is left, one line."""
+    pending, t0 = list(refs), time.monotonic()
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=MERGE_HEARTBEAT_SECONDS, fetch_local=False)
+        if not pending:
+            break
+        cpus = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
+        if not cpus:
+            raise InfraError(f"merge: no node of the Ray cluster at {address} with a CPU is left ({what}: {len(refs) - len(pending)} of "
+                             f"{len(refs)} tasks done)", "start nodes again (docs/SCALE.md) and run the same command again")
+        say(f"merge: {what}: {len(refs) - len(pending)} of {len(refs)} tasks done, {fmt_secs(time.monotonic() - t0)}, "
+            f"{len(cpus)} node(s) with CPUs alive")
+
+
+def _tree(ray: ModuleType, leaves: list[Any], plan_ref: Any, fan_in: int, files: bool, address: str) -> tuple[Any, int]:
+    """The leaves' refs folded by nodes of at most fan_in children, level after level, until one remains; the root's
+    ref and the number of levels. Each level starts once the one below has ended; its partials are freed once read."""
+    node = _Task(ray, _combine_task)
+    kind = "per-file " if files else ""
+    refs, levels = leaves, 1
+    _wait_level(ray, refs, f"{kind}level 1 ({len(refs)} folds)", address)
     while len(refs) > 1:
-        refs = [node.remote(plan_ref, refs[a:b], files) for a, b in _chunks(len(refs), fan_in)]
+        refs = [node.remote(plan_ref, files, *refs[a:b]) for a, b in _chunks(len(refs), fan_in)]
         levels += 1
+        _wait_level(ray, refs, f"{kind}level {levels} ({len(refs)} combines)", address)
     return refs[0], levels
 
 
@@ -295,15 +388,14 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         stats: list[dict[str, Any]] = []
         totals = None
         if normalize:
-            task = ray.remote(_totals_task)
+            task = _Task(ray, _totals_task)
             got = _get(ray, [task.remote(paths[a:b]) for a, b in _chunks(len(paths), fan_in)])
             totals = [t for value, _ in got for t in value]
             stats += [s for _, below in got for s in below]
         plan = make_plan(paths, weights, normalize, runs, strict, totals, names=names)
         plan_ref = ray.put(plan)
-        fold = ray.remote(_fold_task)
-        root, levels = _reduce(ray, plan_ref, [fold.remote(plan_ref, a, b) for a, b in _chunks(len(paths), fan_in)],
-                               fan_in, files=False)
+        fold = _Task(ray, _fold_task)
+        root, levels = _tree(ray, [fold.remote(plan_ref, a, b) for a, b in _chunks(len(paths), fan_in)], plan_ref, fan_in, False, address)
         part, below = _get(ray, root)
         del root
         stats += below
@@ -311,9 +403,9 @@ def tree_merge(dirs: Sequence[Path], dst: Path, *, weights: list[float] | None =
         files = Files({}, {})
         if rels:
             unmatched = [i.unmatched for i in part.inputs]
-            task = ray.remote(_files_task)
-            froot, _ = _reduce(ray, plan_ref, [task.remote(plan_ref, rels, a, b, unmatched[a:b])
-                                               for a, b in _chunks(len(paths), fan_in)], fan_in, files=True)
+            task = _Task(ray, _files_task)
+            froot, _ = _tree(ray, [task.remote(plan_ref, rels, a, b, unmatched[a:b]) for a, b in _chunks(len(paths), fan_in)],
+                             plan_ref, fan_in, True, address)
             files, below = _get(ray, froot)
             del froot
             stats += below
@@ -462,7 +554,6 @@ def _build_here(key: str, box: list[Any]) -> Path:
     """This node's copy of a kernel build (KERNEL_FILES, in a build's layout, so vng boots it as it boots the build):
     fetched from the object store and written once per node, keyed by the build's key. box holds the object ref (in a
     list, so Ray passes the ref and does not fetch the kernel for a node that has it)."""
-    from kpgo import atomic
     from kpgo.kernel import kbuild
 
     d = cache_dir() / "cluster" / "kernels" / key
@@ -474,7 +565,49 @@ def _build_here(key: str, box: list[Any]) -> Path:
             for rel, data in files.items():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / rel).write_bytes(data)
+        trim_kernels(d.parent, keep=d)
+    os.utime(d)  # used now: the last to go (trim_kernels)
     return d
+
+
+def trim_kernels(root: Path, keep: Path, limit_mb: float | None = None) -> list[str]:
+    """A node's copies of kernels (root: KPGO_CACHE/cluster/kernels) held to limit_mb (KERNELS_MB_ENV, else
+    KERNELS_MB): the least recently used go first, never `keep` (the one a task uses now). Returns those removed."""
+    limit = float(os.environ.get(KERNELS_MB_ENV) or KERNELS_MB) if limit_mb is None else limit_mb
+    sized = []
+    for d in root.iterdir() if root.is_dir() else ():
+        if d.is_dir() and not d.name.startswith("."):  # (atomic's temporary siblings are another task's, in progress)
+            sized.append((d.stat().st_mtime, sum(f.stat().st_size for f in d.rglob("*") if f.is_file()), d))
+    total = sum(size for _, size, _ in sized) / 1e6
+    removed = []
+    for _, size, d in sorted(sized, key=lambda x: x[0]):
+        if total <= limit:
+            break
+        if d != keep:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d.name)
+            total -= size / 1e6
+    return removed
+
+
+def tidy_node_dirs(cache: Path, alive: set[str]) -> list[str]:
+    """Remove the task directories (KPGO_CACHE/cluster/{boots,collect,builds}/NODE) of nodes that are not alive in this
+    cluster: a task removes its own when it ends, but not when its node is killed. Returns those removed."""
+    removed = []
+    for kind in ("boots", "collect", "builds"):
+        for d in (cache / "cluster" / kind).glob("*"):
+            if d.is_dir() and not any(n.startswith(d.name) for n in alive):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(f"{kind}/{d.name}")
+    return removed
+
+
+def _tidy_here() -> None:
+    """What a node's check does first: its cache's leftovers of lost nodes removed, its kernels held to their bound."""
+    import ray
+
+    tidy_node_dirs(cache_dir(), {n["NodeID"] for n in ray.nodes() if n.get("Alive")})
+    trim_kernels(cache_dir() / "cluster" / "kernels", keep=Path())
 
 
 def _kernel_here(key: str, box: list[Any]) -> Path:
@@ -494,6 +627,7 @@ def _check_task(wls: list[Any], probe: tuple[str, list[Any]] | None, want_sim: b
     from kpgo.workloads import install
 
     facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity(), "host_kernel": platform.release()}
+    _tidy_here()
     problems = [f"{tool} ({proc.PACKAGES[tool]}) is not installed" for tool in ("qemu-system-x86_64", "vng") if proc.which(tool) is None]
     try:
         install.require(wls)
@@ -531,7 +665,7 @@ def _boot_task(kernel: tuple[str, list[Any]], step: dict[str, Any], key: str, na
     with _node_work(node, "boots", name) as work:
         outcome = bench.measure(image, work, step, key, how)
         laps.lap("work")
-        files = _tar(work)
+        files = atomic.tar_of(work)
         laps.lap("pack")
         where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
         where.update(node_id=node, task=laps.laps)
@@ -560,7 +694,7 @@ def _collect_task(build: tuple[str, list[Any]], workload: Any, guest: Any) -> tu
             outcome = {"error": e.message, "exit_code": e.exit_code, "host": where}
             kept = work / "p.failed-logs"
         laps.lap("work")
-        files = _tar(kept) if kept.is_dir() else None
+        files = atomic.tar_of(kept) if kept.is_dir() else None
         laps.lap("pack")
         return outcome, files
 
@@ -575,6 +709,7 @@ def _build_check_task(source_arg: str | None, ident: str, compilers: dict[str, t
     from kpgo.kernel import source
 
     facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), **host.identity()}
+    _tidy_here()
     problems = [f"{t} ({proc.PACKAGES.get(t, t)}) is not installed" for t in ("make", "flex", "bison", "bc", "gcc") if proc.which(t) is None]
     for name, (compiler, version) in compilers.items():
         try:
@@ -613,7 +748,7 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
         prof = None
         if profile is not None:
             prof = work / "profile"
-            untar(ray.get(profile[0]), prof)
+            atomic.untar(ray.get(profile[0]), prof)
         mine = replace(req, source=source.resolve(Path(source_arg) if source_arg else None), config=replace(req.config, files=tuple(cfgs)),
                        out=work / "out", profile=prof, jobs=(os.cpu_count() or 2) + 1)
         laps.lap("fetch")
@@ -630,7 +765,7 @@ def _build_task(req: Any, key: str, source_arg: str | None, configs: list[tuple[
         keep = [r for r in BUILD_FILES if (out / r).is_file()]
         if "build" in outcome and outcome["build"].get("gcov"):  # kpgo.analysis reads the functions' structure from them
             keep += [str(g.relative_to(out)) for g in out.rglob("*.gcno")]
-        tar = _tar(out, keep)
+        tar = atomic.tar_of(out, keep)
         laps.lap("pack")
         return outcome, tar
 
@@ -647,22 +782,6 @@ def _node_work(node: str, kind: str, name: str) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _tar(root: Path, only: Sequence[str] | None = None) -> bytes:
-    """root's files (or only these, relative to it) as a gzipped tar, for the driver to write (untar)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for rel in ["."] if only is None else only:
-            tar.add(root / rel, arcname=rel)
-    return buf.getvalue()
-
-
-def untar(data: bytes, dest: Path) -> None:
-    """What _tar packed on a node, written into dest (the driver's side)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
 
 
 def _safe_key(key: str) -> str:
@@ -772,7 +891,7 @@ class BenchOnCluster(_Nodes):
                 raise UserError(f"kernel image {paths[KERNEL_FILES[0]]} not found", "build it first with `kpgo build`")
             self.kernels[label] = (_safe_key(key), [ray.put({rel: p.read_bytes() for rel, p in paths.items() if p.is_file()})])
         probe = None if choice.mode == "on" else next(iter(self.kernels.values()))
-        check = ray.remote(_check_task)
+        check = _Task(ray, _check_task)
         checks = _get(ray, [check.options(**self._on(n["NodeID"])).remote(wls, probe, choice.mode != "off") for n in nodes], "node check")
         self.accel, sim, chosen = choose_nodes(checks, choice, self.address)
         self.checks = {c["node_id"]: c for c in chosen}
@@ -790,7 +909,7 @@ class BenchOnCluster(_Nodes):
                 f"({m['booted_again']} finished boot(s) booted again there)")
         progress.total = sched.remaining()
         how_ref = ray.put(how)
-        task = ray.remote(_boot_task)
+        task = _Task(ray, _boot_task)
         inflight: dict[Any, tuple[str, Any, float]] = {}
 
         def submit(node: str) -> None:
@@ -810,9 +929,8 @@ class BenchOnCluster(_Nodes):
             try:
                 outcome, files = ray.get(ready[0])
             except ray.exceptions.RayTaskError as e:  # not the boot's failure (measure returns those): the task's
-                cause = getattr(e, "cause", None)
-                outcome, files = {"error": f"the boot's task failed on {self._name(node)}: {cause!r}", "hint": "see the Ray worker's log there",
-                                  "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None
+                err = failure(ray, e, f"the boot's task on {self._name(node)}")
+                outcome, files = {"error": err.message, "hint": err.hint, "exit_code": err.exit_code, "host": {"node_id": node}}, None
             except ray.exceptions.RayError as e:
                 if self._lost(node, e):
                     for m in sched.lost(node):
@@ -830,7 +948,7 @@ class BenchOnCluster(_Nodes):
             wall = round(time.monotonic() - t0, 3)
             t1 = time.monotonic()
             if files:
-                untar(files, b.bootdir)
+                atomic.untar(files, b.bootdir)
             where = outcome["sample"]["host"] if "sample" in outcome else outcome["host"]
             if "task" in where:
                 where["task"] |= {"wall": wall, "unpack": round(time.monotonic() - t1, 3), "bytes": len(files or b"")}
@@ -878,7 +996,7 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
     with session(address) as ray:
         nodes = BenchOnCluster(ray, address)
         nodes.prepare({"instrumented": (build_dir, key)}, workloads, SimChoice("off"), what="collect")
-        task = ray.remote(_collect_task)
+        task = _Task(ray, _collect_task)
 
         def start(node: str, wl: Any) -> Any:
             say(f"collect {wl.name}: on {nodes._name(node)}")
@@ -886,9 +1004,8 @@ def collect(address: str, build_dir: Path, key: str, workloads: list[Any], guest
 
         for wl, node, value, wall in nodes.spread(workloads, start, "collect", lambda w: w.name):
             if isinstance(value, Exception):
-                cause = getattr(value, "cause", None) or value
-                value = ({"error": f"the collection's task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
-                          "exit_code": InfraError.exit_code, "host": {"node_id": node}}, None)
+                err = failure(ray, value, f"the collection's task on {nodes._name(node)}")
+                value = ({"error": err.message, "hint": err.hint, "exit_code": err.exit_code, "host": {"node_id": node}}, None)
             outcome, files = value
             outcome["host"].setdefault("task", {})["wall"] = wall
             yield wl, outcome, files  # (kpgo.collect writes them, and adds "unpack")
@@ -899,7 +1016,6 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
     all its cores, on the nodes whose check passed (the same kernel source and compilers as here); a node lost
     mid-build gives its build to another node. Each build is written into its req.out here as it ends (BUILD_FILES,
     build.json saying where it was built); yields (req, its build.json or the error)."""
-    from kpgo import atomic
     from kpgo.kernel import kbuild
 
     if not reqs:
@@ -910,7 +1026,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
         nodes = _Nodes(ray, address)
         nodes.guest = False
         alive = nodes.alive("CPU")
-        check = ray.remote(_build_check_task)
+        check = _Task(ray, _build_check_task)
         src = str(source_arg.resolve()) if source_arg else None
         checks = _get(ray, [check.options(**nodes._on(n["NodeID"])).remote(src, reqs[0].source.ident, compilers) for n in alive], "node check")
         able = [c for c in checks if not c["problems"]]
@@ -920,26 +1036,24 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
                             "set the nodes up as this machine (make setup) — docs/SCALE.md")
         nodes.checks = {c["node_id"]: c for c in able}
         say(f"build: {len(able)} of {len(checks)} node(s) of the Ray cluster build: " + ", ".join(nodes._name(n) for n in nodes.checks))
-        task = ray.remote(_build_task)
+        task = _Task(ray, _build_task)
 
         def start(node: str, req: Any) -> Any:
             say(f"build {req.out.name}: on {nodes._name(node)}")
-            prof = [ray.put(_tar(req.profile))] if req.profile is not None else None
+            prof = [ray.put(atomic.tar_of(req.profile))] if req.profile is not None else None
             configs = [(f.name, f.read_bytes()) for f in req.config.files]
             return task.options(max_retries=BOOT_RETRIES, **nodes._on(node)).remote(req, keys[req.out], src, configs, prof)
 
         for req, node, value, wall in nodes.spread(reqs, start, "build", lambda r: r.out.name):
             if isinstance(value, Exception):
-                cause = getattr(value, "cause", None) or value
-                yield req, InfraError(f"build {req.out.name}: its task failed on {nodes._name(node)}: {cause!r}".replace("\n", " "),
-                                      "see the Ray worker's log there")
+                yield req, failure(ray, value, f"build {req.out.name}: its task on {nodes._name(node)}")
                 continue
             outcome, files = value
             out = req.out.resolve()
             if "error" in outcome:
                 log = out.parent / f"{out.name}.{node[:8]}-build.log"
                 with tempfile.TemporaryDirectory() as logs:
-                    untar(files, Path(logs))
+                    atomic.untar(files, Path(logs))
                     if (Path(logs) / "build.log").is_file():
                         atomic.write_text(log, (Path(logs) / "build.log").read_text(errors="replace"))
                 kind = UserError if outcome["exit_code"] == UserError.exit_code else InfraError
@@ -954,7 +1068,7 @@ def builds(address: str, reqs: list[Any], source_arg: Path | None) -> Iterator[t
             timing = record["built_on"]["task"]
             t0 = time.monotonic()
             with atomic.output_dir(out, replace=True) as tmp:
-                untar(files, tmp)
+                atomic.untar(files, tmp)
                 timing |= {"wall": wall, "unpack": round(time.monotonic() - t0, 3), "bytes": len(files)}
                 atomic.write_json(tmp / "build.json", record)
             say(f"build {req.out.name}: done on {nodes._name(node)} in {fmt_secs(timing['work'])} "
@@ -967,3 +1081,27 @@ def bench_runner(address: str) -> Iterator[BenchOnCluster]:
     """`kpgo bench --cluster`: a kpgo.bench.Runner on the Ray cluster at address, connected for the block."""
     with session(address) as ray:
         yield BenchOnCluster(ray, address)
+
+
+class Cluster:
+    """The cluster as the commands hand it to the steps (kpgo.remote.Remote): its address and the runners for boots,
+    collections, builds and merges there. Making one imports no Ray; each step connects for its own length."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def bench_runner(self) -> contextlib.AbstractContextManager[BenchOnCluster]:
+        return bench_runner(self.address)
+
+    def collect(self, build_dir: Path, key: str, workloads: list[Any], guest: Any) -> Iterator[tuple[Any, dict[str, Any], bytes | None]]:
+        return collect(self.address, build_dir, key, workloads, guest)
+
+    def builds(self, reqs: list[Any], source_arg: Path | None) -> Iterator[tuple[Any, dict[str, Any] | KpgoError]]:
+        return builds(self.address, reqs, source_arg)
+
+    def merge(self, dirs: list[Path], dst: Path, **kw: Any) -> dict[str, Any]:
+        return tree_merge(dirs, dst, address=self.address, **kw)
+
+
+_TASKS = {f.__name__: f for f in (_totals_task, _fold_task, _files_task, _combine_task, _check_task, _boot_task, _collect_task,
+                                  _build_check_task, _build_task)}

@@ -18,6 +18,7 @@ from kpgo.errors import InfraError, KpgoError, UserError
 from kpgo.guest import contract
 from kpgo.kernel import kbuild
 from kpgo.progress import fmt_secs, say
+from kpgo.remote import Remote
 
 
 def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
@@ -99,14 +100,12 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
     return profile
 
 
-def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[contract.Workload], *,
+def on_cluster(cluster: Remote, build_dir: Path, outs: dict[str, Path], wls: list[contract.Workload], *,
                guest: vm.Guest) -> Iterator[tuple[contract.Workload, dict | KpgoError]]:
-    """Each workload collected by kpgo.cluster on a node of the Ray cluster at address, its profile written here at
+    """Each workload collected on a node of the cluster (kpgo.cluster.Cluster, handed in), its profile written here at
     outs[name] (with the node that collected it in profile.json's "host"), or its error with the guest's logs kept
     beside it, as with collect(). Every check that needs no guest runs here first, before any task: a workload whose
     output cannot be written fails there, as collect() would fail it, and the others go on."""
-    from kpgo import cluster
-
     build_dir = build_dir.resolve()
     build = check_build(build_dir, wls)
     todo = []
@@ -118,14 +117,14 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
             yield wl, e
     if not todo:
         return
-    for wl, outcome, files in cluster.collect(address, build_dir, build["key"], todo, guest):
+    for wl, outcome, files in cluster.collect(build_dir, build["key"], todo, guest):
         out = outs[wl.name]
         if "error" in outcome:
-            hint = "run the same command again to retry it"
+            hint = outcome.get("hint") or "run the same command again to retry it"
             if files:
                 kept = out.parent / f"{out.name}.failed-logs"
                 shutil.rmtree(kept, ignore_errors=True)
-                cluster.untar(files, kept)
+                atomic.untar(files, kept)
                 hint = f"guest logs kept in {kept}"
             where = outcome["host"].get("hostname", outcome["host"]["node_id"][:8])
             yield wl, (UserError if outcome["exit_code"] == UserError.exit_code else InfraError)(f"{outcome['error']} (on {where})", hint)
@@ -133,7 +132,7 @@ def on_cluster(address: str, build_dir: Path, outs: dict[str, Path], wls: list[c
         assert files is not None
         t0 = time.monotonic()
         with atomic.output_dir(out) as tmp:
-            cluster.untar(files, tmp)
+            atomic.untar(files, tmp)
             outcome["host"]["task"] |= {"unpack": round(time.monotonic() - t0, 3), "bytes": len(files)}
             profile = dict(outcome["profile"], host=outcome["host"])
             atomic.write_json(tmp / "profile.json", profile)

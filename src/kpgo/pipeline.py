@@ -39,6 +39,7 @@ from kpgo.guest.contract import Workload
 from kpgo.kernel import kbuild, kconfig, proof, source, values
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
+from kpgo.remote import Remote
 from kpgo.report import present
 
 
@@ -85,8 +86,8 @@ class RunOptions:
         """The run's configuration and kernel source (a tarball is extracted once, into the cache)."""
         return kconfig.resolve(self.base, self.config, list(self.fragments)), source.resolve(self.source)
 
-    def builder(self, spec: kconfig.ConfigSpec, src: KernelSource, cluster: str | None = None) -> Builder:
-        """The run's kernels of each variant in RUN/builds/LABEL (cached); with a cluster (a Ray address) built there."""
+    def builder(self, spec: kconfig.ConfigSpec, src: KernelSource, cluster: Remote | None = None) -> Builder:
+        """The run's kernels of each variant in RUN/builds/LABEL (cached); with a cluster (kpgo.cluster.Cluster) built there."""
         return Builder(self, spec, src, cluster)
 
     def to_json(self) -> dict[str, Any]:
@@ -142,7 +143,7 @@ class Builder:
     opts: RunOptions
     spec: kconfig.ConfigSpec
     src: KernelSource
-    cluster: str | None = None
+    cluster: Remote | None = None
 
     def request(self, variant: str | variants.Variant, label: str, profile: Path | None = None, branches: Path | None = None) -> kbuild.BuildRequest:
         """branches: the branch profile a layout variant takes (its call graph for order = true, its records for bolt = true)."""
@@ -161,12 +162,10 @@ class Builder:
         reqs = {w[1]: self.request(*w) for w in wanted}
         if self.cluster is None:
             return {label: kbuild.build(r) for label, r in reqs.items()}
-        from kpgo import cluster
-
         done = {label: rec for label, r in reqs.items() if (rec := kbuild.cached(r)) is not None}
         todo = [r for label, r in reqs.items() if label not in done]
         failed: list[KpgoError] = []
-        for r, res in cluster.builds(self.cluster, todo, self.opts.source):
+        for r, res in self.cluster.builds(todo, self.opts.source):
             if isinstance(res, KpgoError):
                 say(f"build {r.out.name}: FAILED: {res}")
                 failed.append(res)
@@ -195,7 +194,7 @@ UNIVERSAL = {"universal-raw": False, "universal-norm": True}  # label -> normali
 RUN_MARKS = ("run.json", "builds", "profiles", "bench")  # what a run directory holds (older runs have no lock)
 
 
-def run(opts: RunOptions, cluster: str | None = None) -> dict:
+def run(opts: RunOptions, cluster: Remote | None = None) -> dict:
     """The whole loop. cluster: a Ray address; the collections and the bench boots then run on its guest nodes (the
     builds here), with the same results and caching (where guests ran is not part of the request)."""
     t_start = time.monotonic()
@@ -212,7 +211,7 @@ def run(opts: RunOptions, cluster: str | None = None) -> dict:
         return _run(opts, spec, src, t_start, phases, cluster)
 
 
-def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float], cluster: str | None) -> dict:
+def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start: float, phases: dict[str, float], cluster: Remote | None) -> dict:
     rd = opts.run_dir
     names = [wl.name for wl in opts.workloads]
     build = opts.builder(spec, src, cluster)
@@ -401,7 +400,7 @@ def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest
     return collect.collect(build, wl, profiles / f"{wl.name}.raw", guest=guest, replace=True)
 
 
-def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: list[Workload], guest: vm.Guest, address: str) -> dict[str, dict]:
+def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: list[Workload], guest: vm.Guest, cluster: Remote) -> dict[str, dict]:
     """collect_cached of every workload, those not up to date collected at once on the cluster's guest nodes; the
     first failure is raised once every collection ended (the profiles that were written stay for a rerun)."""
     have = {wl.name: p for wl in wls if (p := _collected(profiles, instr, wl)) is not None}
@@ -411,7 +410,7 @@ def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: lis
             shutil.rmtree(stale, ignore_errors=True)
     failed: list[KpgoError] = []
     outs = {wl.name: profiles / f"{wl.name}.raw" for wl in todo}
-    for wl, res in collect.on_cluster(address, build, outs, todo, guest=guest) if todo else ():
+    for wl, res in collect.on_cluster(cluster, build, outs, todo, guest=guest) if todo else ():
         if isinstance(res, KpgoError):
             say(f"collect {wl.name}: FAILED: {res}")
             failed.append(res)

@@ -23,6 +23,7 @@ from typing import Any
 from kpgo import atomic, bench, inputs, pipeline, variants, vm, workloads
 from kpgo.errors import UserError
 from kpgo.guest.contract import Workload
+from kpgo.remote import Remote
 from kpgo.report import present
 
 
@@ -36,7 +37,7 @@ def run_options(run_dir: Path) -> pipeline.RunOptions:
     return pipeline.RunOptions.from_json(run["request"], run_dir)
 
 
-def _builder(run_dir: Path, cluster: str | None = None) -> pipeline.Builder:
+def _builder(run_dir: Path, cluster: Remote | None = None) -> pipeline.Builder:
     opts = run_options(run_dir)
     return opts.builder(*opts.kernel(), cluster)
 
@@ -54,7 +55,7 @@ def vary(name: str, key: str, values: list[str], overrides: list[str]) -> list[W
 
 
 def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any = None,
-                cluster: str | None = None) -> dict:
+                cluster: Remote | None = None) -> dict:
     build = _builder(run_dir, cluster)
     out = run_dir / "studies" / "sensitivity"
     instr = build("instrumented", "instrumented")
@@ -69,7 +70,7 @@ def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, gues
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
 
 
-def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any, cluster: str | None = None) -> dict:
+def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any, cluster: Remote | None = None) -> dict:
     _builder(run_dir, cluster)("vanilla", "vanilla")
     res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest,
                       sim=sim, cluster=cluster)
@@ -133,7 +134,7 @@ def check_compiler(run_dir: Path, plan: list[VariantBuild]) -> None:
 
 
 def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | None, design: bench.Design, guest: vm.Guest,
-             sim: Any = None, cluster: str | None = None) -> tuple[dict, dict]:
+             sim: Any = None, cluster: Remote | None = None) -> tuple[dict, dict]:
     """Build every variant (cached), measure each beside vanilla on the run's workloads (or `names` among them) in one
     bench, and write the study's table (compiler.json). Returns the table and the bench's results."""
     opts = run_options(run_dir)

@@ -11,6 +11,7 @@ from kpgo.commands.common import (
     add_guest_options,
     add_workload_options,
     chosen_workloads,
+    cluster_from,
     design_from,
     guest_from,
     sim_from,
@@ -43,9 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     from kpgo import atomic, bench, workloads
+    from kpgo.progress import print_json
 
     kernels = [bench.parse_kernel_arg(k) for k in args.kernel]
     design, guest, sim = design_from(args), guest_from(args), sim_from(args)
@@ -55,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
         specs = workloads.load_many(args.workload, args.set, args.client)
     else:
         specs = chosen_workloads(args)  # last: it may compile a workload's helper
-    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=args.cluster)
-    print(json.dumps(res, indent=2) if args.json else bench.format_table(res), flush=True)
+    res = bench.bench(kernels, specs, args.out, design=design, guest=guest, sim=sim, cluster=cluster_from(args))
+    if args.json:
+        print_json(res, sort_keys=False)
+    else:
+        print(bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.out)
     return 0

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kpgo.commands.common import add_cluster_option, add_guest_options, add_workload_options, chosen_workloads, guest_from
+from kpgo.commands.common import add_cluster_option, add_guest_options, add_workload_options, chosen_workloads, cluster_from, guest_from
 
 if TYPE_CHECKING:
     from kpgo.errors import KpgoError
@@ -53,13 +53,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--branch-period is for --branches", "add --branches, or leave --branch-period out")
     if args.branches:
         return _run_branches(args, guest)
-    if args.cluster:  # the nodes that boot need the packages and helpers, not this one: each node is checked first
+    cluster = cluster_from(args)
+    if cluster:  # the nodes that boot need the packages and helpers, not this one: each node is checked first
         from kpgo import workloads
 
         specs = workloads.load_many(args.workload, args.set, args.client)
         outs = {wl.name: args.out if len(specs) == 1 else args.out / wl.name for wl in specs}
         failed: list[KpgoError] = []
-        for wl, res in collect.on_cluster(args.cluster, args.build_dir, outs, specs, guest=guest):
+        for wl, res in collect.on_cluster(cluster, args.build_dir, outs, specs, guest=guest):
             if isinstance(res, KpgoError):
                 say(f"collect {wl.name}: FAILED: {res}")
                 failed.append(res)

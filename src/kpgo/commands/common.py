@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from kpgo.guest.contract import Workload  # stdlib only: cheap to import before a command starts
+from kpgo.remote import Remote
 
 
 def add_kernel_options(p: argparse.ArgumentParser) -> None:
@@ -32,6 +33,16 @@ def add_cluster_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--cluster", metavar="ADDRESS",
                    help=f"{what} on a Ray cluster: a Ray address (host:port), auto, or local (needs kpgo[cluster]); each step a task "
                    "on a node that has what it needs, a guest only on nodes with the kpgo_guest resource, one per node at a time (docs/SCALE.md)")
+
+
+def cluster_from(args: argparse.Namespace) -> Remote | None:
+    """--cluster as what the steps are handed (a kpgo.cluster.Cluster, a kpgo.remote.Remote; making it imports no
+    Ray), or None."""
+    if not getattr(args, "cluster", None):
+        return None
+    from kpgo.cluster import Cluster
+
+    return Cluster(args.cluster)
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:

@@ -100,8 +100,9 @@ def _quiet_numpy() -> None:
 
 
 def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
+    from kpgo.progress import print_json
+
+    print_json(obj)
 
 
 def _table(rows: list[tuple[str, Any]]) -> None:
@@ -272,10 +273,10 @@ def run_merge(args: argparse.Namespace) -> int:
     if args.fan_in is not None and not args.cluster:
         raise UserError("--fan-in is for a merge on a cluster", "add --cluster ADDRESS (local: this machine), or leave --fan-in out")
     if args.cluster:
-        from kpgo.cluster import tree_merge
+        from kpgo.cluster import Cluster
 
-        res = tree_merge(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.summary_runs, strict=True,
-                         fan_in=args.fan_in or 16, address=args.cluster)
+        res = Cluster(args.cluster).merge(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.summary_runs, strict=True,
+                                          fan_in=args.fan_in or 16)
     else:
         res = merge_profiles(args.dirs, args.out, weights=weights, normalize=args.normalize, runs=args.summary_runs, strict=True)
     if args.json:

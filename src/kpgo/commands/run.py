@@ -11,11 +11,13 @@ from kpgo.commands.common import (
     add_guest_options,
     add_kernel_options,
     add_workload_options,
+    cluster_from,
     design_from,
     guest_from,
     prepare_workloads,
     sim_mode,
 )
+from kpgo.remote import Remote
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +73,7 @@ def options_from(args: argparse.Namespace):  # -> pipeline.RunOptions
     )
 
 
-def execute(opts, cluster: str | None = None) -> int:  # opts: pipeline.RunOptions
+def execute(opts, cluster: Remote | None = None) -> int:  # opts: pipeline.RunOptions; cluster: from cluster_from
     """Run (or extend) a run: helpers installed and ports checked first (on a cluster: on each guest node, before its
     first boot), then the pipeline, then its summary."""
     from kpgo import atomic, bench, inputs, pipeline
@@ -86,4 +88,4 @@ def execute(opts, cluster: str | None = None) -> int:  # opts: pipeline.RunOptio
 
 
 def run(args: argparse.Namespace) -> int:
-    return execute(options_from(args), args.cluster)
+    return execute(options_from(args), cluster_from(args))

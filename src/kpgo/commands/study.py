@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kpgo.commands.build import add_variant_file_option
-from kpgo.commands.common import add_cluster_option, add_design_options, add_guest_options, design_from, guest_from, sim_from
+from kpgo.commands.common import add_cluster_option, add_design_options, add_guest_options, cluster_from, design_from, guest_from, sim_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +75,7 @@ def extend_run(args: argparse.Namespace) -> int:
     from kpgo.commands import run
 
     opts = study.run_options(args.run_dir)
-    return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))), args.cluster)
+    return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))), cluster_from(args))
 
 
 def sensitivity(args: argparse.Namespace) -> int:
@@ -101,7 +101,7 @@ def sensitivity(args: argparse.Namespace) -> int:
         raise UserError(f"--vary {args.vary}: two values give the same kernel name {twice[0]}", "use values that differ in letters or digits")
     if not args.cluster:  # on a cluster each guest node checks them
         install.require(specs)
-    res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), args.cluster)
+    res = study.sensitivity(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), cluster_from(args))
     print(bench.format_table(res), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "sensitivity")
     return 0
@@ -116,7 +116,7 @@ def share(args: argparse.Namespace) -> int:
                         "drop --no-sim (the kernel's share of CPU time alone is in every bench's results.json)")
     args.sim = True
     specs = list(study.run_options(args.run_dir).workloads)
-    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), args.cluster)
+    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), cluster_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
     bench.raise_if_failed(res, args.run_dir / "studies" / "share")
     return 0
@@ -131,7 +131,7 @@ def compiler(args: argparse.Namespace) -> int:
     design = bench.Design(args.boots or run.boots, args.runs or run.runs, args.order or run.order, args.seed,
                           args.precision if args.precision is not None else run.precision, args.max_boots, args.max_time)
     sim = sim_from(args) if args.sim is not None or args.sim_opt else study.run_options(args.run_dir).sim
-    table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim, args.cluster)
+    table, results = study.compiler(args.run_dir, chosen, names, design, guest_from(args), sim, cluster_from(args))
     print(study.format_compiler(table), flush=True)
     bench.raise_if_failed(results, args.run_dir / "studies" / "compiler")
     return 0
