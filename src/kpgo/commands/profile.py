@@ -13,7 +13,6 @@ See docs/PROFILES.md for the JSON keys and the exact definitions of the similari
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
