@@ -10,7 +10,10 @@ What BOLT needs from a 6.12 build, and how kpgo gives it (kernel/bolt/bolt.patch
   moves and the records of a kernel linked without the patch still name the same code;
 - a vmlinux with __ksymtab and __ksymtab_gpl sections: BOLT 19 reads them unchecked and dies of a segmentation
   fault where they are missing (a kernel without modules exports nothing, and ld drops the empty sections); kpgo
-  adds empty ones to BOLT's input.
+  adds empty ones to BOLT's input;
+- BOLT's hands off the x86 runtime constants (runtime_ptr_*/runtime_shift_* sections, patched at boot), which BOLT
+  19 does not rewrite: the step compares BOLT's output with its input and runs BOLT again without the functions whose
+  sites it changed (the tiny kernel died in ___d_drop, where the kernel wrote a pointer into the moved code).
 BOLT 19 turns its relocation mode off for the Linux kernel ("disabling relocation mode for Linux kernel"), and
 without it refuses -reorder-functions ("function reordering only works when relocations are enabled"): it keeps
 every function where it is. Function order on the kernel is kpgo.kernel.order's (variants order, pgo-order).
@@ -28,6 +31,7 @@ API
     to_fdata(recording, out) -> dict        perf2bolt's profile and what it said
     write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
     report(log) -> dict                     BOLT's own figures from its output
+    moved_sites(pre, post) -> list          runtime-constant sites whose code BOLT changed (`python -m kpgo.kernel.bolt sites`)
     check(out, ...) -> dict                 build.json's "bolt"; enforce() fails the build below the thresholds
 """
 
