@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,67 @@ def test_the_agent_reads_the_running_kernels_build_id(data: bytes, want: str | N
     real = builtins.open
     monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.BytesIO(data) if p == "/sys/kernel/notes" else real(p, *a, **k))
     assert agent.kernel_build_id() == want
+
+
+# ---- x86 runtime constants: boot-time patch sites BOLT 19 does not rewrite ----
+
+RUNTIME_CONST_ASM = """
+	.text
+	.globl f, g
+	.type f, @function
+f:	nop
+	movabs $0x0123456789abcdef, %rax
+1:	shrl $12, %eax
+2:	ret
+	.size f, . - f
+	.type g, @function
+g:	ret
+	.size g, . - g
+	.pushsection runtime_ptr_x, "a"
+	.long 1b - 8 - .
+	.popsection
+	.pushsection runtime_shift_y, "a"
+	.long 2b - 1 - .
+	.popsection
+"""
+
+
+@pytest.fixture
+def const_elf(tmp_path: Path) -> Path:
+    """A linked x86-64 ELF whose function f holds a runtime_ptr and a runtime_shift site, as the kernel's do."""
+    src, obj, elf = tmp_path / "c.S", tmp_path / "c.o", tmp_path / "c.elf"
+    src.write_text(RUNTIME_CONST_ASM)
+    subprocess.run(["gcc", "-c", "-o", obj, src], check=True)
+    subprocess.run(["ld", "-e", "f", "-o", elf, obj], check=True)
+    return elf
+
+
+@needs_gcc
+def test_runtime_const_sites_are_read(const_elf: Path) -> None:
+    elf = bolt._Elf(const_elf)
+    sites = sorted(bolt.runtime_const_sites(elf), key=lambda s: s.address)
+    assert [(s.section, s.width) for s in sites] == [("runtime_ptr_x", 8), ("runtime_shift_y", 1)]
+    assert elf.at(sites[0].address, 8) == (0x0123456789ABCDEF).to_bytes(8, "little") and elf.at(sites[1].address, 1) == b"\x0c"
+
+
+@needs_gcc
+def test_a_function_whose_code_before_a_site_changed_is_skipped_again(const_elf: Path, tmp_path: Path) -> None:
+    """What BOLT did to ___d_drop: the code before the site changed, so the kernel would write into other bytes."""
+    skip = tmp_path / "skip"
+    assert bolt.moved_sites(const_elf, const_elf) == [] and bolt._main(["sites", str(const_elf), str(const_elf), str(skip)]) == 0
+    elf = bolt._Elf(const_elf)
+    _, off, _ = elf.sections[".text"]
+    data = bytearray(elf.data)  # the nop at f's first byte (f starts the text) becomes an int3
+    assert data[off] == 0x90
+    data[off] = 0xCC
+    post = tmp_path / "post.elf"
+    post.write_bytes(bytes(data))
+    moved = bolt.moved_sites(const_elf, post)
+    assert sorted(n for _, n in moved) == ["f", "f"]
+    assert bolt._main(["sites", str(const_elf), str(post), str(skip)]) == bolt.EXIT_SKIP_MORE
+    assert skip.read_text() == "f(/.*)?\n"
+    assert bolt._main(["sites", str(const_elf), str(post), str(skip)]) == 1  # f is skipped already: BOLT did not obey
+
+
+def test_skip_patterns_escape_the_name() -> None:
+    assert bolt.skip_pattern("foo.constprop.0") == r"foo\.constprop\.0(/.*)?"

@@ -10,7 +10,10 @@ What BOLT needs from a 6.12 build, and how kpgo gives it (kernel/bolt/bolt.patch
   moves and the records of a kernel linked without the patch still name the same code;
 - a vmlinux with __ksymtab and __ksymtab_gpl sections: BOLT 19 reads them unchecked and dies of a segmentation
   fault where they are missing (a kernel without modules exports nothing, and ld drops the empty sections); kpgo
-  adds empty ones to BOLT's input.
+  adds empty ones to BOLT's input;
+- BOLT's hands off the x86 runtime constants (runtime_ptr_*/runtime_shift_* sections, patched at boot), which BOLT
+  19 does not rewrite: the step compares BOLT's output with its input and runs BOLT again without the functions whose
+  sites it changed (the tiny kernel died in ___d_drop, where the kernel wrote a pointer into the moved code).
 BOLT 19 turns its relocation mode off for the Linux kernel ("disabling relocation mode for Linux kernel"), and
 without it refuses -reorder-functions ("function reordering only works when relocations are enabled"): it keeps
 every function where it is. Function order on the kernel is kpgo.kernel.order's (variants order, pgo-order).
@@ -28,22 +31,26 @@ API
     to_fdata(recording, out) -> dict        perf2bolt's profile and what it said
     write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
     report(log) -> dict                     BOLT's own figures from its output
+    moved_sites(pre, post) -> list          runtime-constant sites whose code BOLT changed (`python -m kpgo.kernel.bolt sites`)
     check(out, ...) -> dict                 build.json's "bolt"; enforce() fails the build below the thresholds
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
 import shlex
+import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kpgo import proc
 from kpgo.errors import InfraError, UserError
-from kpgo.kernel import source
+from kpgo.kernel import codesize, source
 from kpgo.kernel.source import KernelSource
 
 HERE = Path(__file__).parent
@@ -60,7 +67,7 @@ PREAGG = "bolt.preagg"  # the records as BOLT's pre-aggregated profile, branches
 PERF2BOLT_LOG = "perf2bolt.log"
 LOG = "bolt.log"  # llvm-bolt's output
 PRE_BOLT = "vmlinux.pre-bolt"  # the linked kernel as BOLT got it
-VERSION = 1  # of the options and the step: part of the build key
+VERSION = 2  # of the options and the step: part of the build key
 # BOLT's options. Its Linux guide's set: blocks by ext-tsp, hot/cold splitting (into the reserved room), no
 # unreachable-code elimination or conditional tail calls (code the kernel patches at run time must stay), and the
 # entry text left alone (its symbols mark addresses the kernel computes with).
@@ -78,6 +85,16 @@ RESERVE_MIN = 2 << 20
 # in functions whose profile still matches their code (stale ones BOLT ignores).
 MIN_VALID_SHARE = 0.9
 KSYMTABS = ("__ksymtab", "__ksymtab_gpl")
+# x86 runtime constants (Linux 6.11+, arch/x86/include/asm/runtime-const.h; no config turns them off): each section
+# runtime_ptr_SYM / runtime_shift_SYM lists, as 32-bit self-relative offsets, immediates in the text that the kernel
+# overwrites at boot (runtime_const_init): the 8 bytes of `mov $0x0123456789abcdef, REG`, the byte 12 of `shrl $12, REG`.
+# BOLT 19's LinuxKernelRewriter does not read these sections: where it rewrites a function holding a site, the kernel
+# then writes its pointer into whatever BOLT put at the old address (the tiny kernel died of it in ___d_drop). The step
+# skips those functions (SKIP_FILE) and runs BOLT again; check() proves every site intact in the output.
+RUNTIME_CONST_PREFIXES = {"runtime_ptr_": 8, "runtime_shift_": 1}  # section prefix -> bytes the kernel writes at a site
+SKIP_FILE = "bolt-skip-funcs"  # in the build directory: regexes of the functions BOLT must leave alone
+PASSES = 3  # BOLT runs at most this often: every pass may only add functions to SKIP_FILE
+EXIT_SKIP_MORE = 3  # `python -m kpgo.kernel.bolt sites`: functions added, run BOLT again
 
 
 def tools_missing() -> list[str]:
@@ -247,12 +264,14 @@ def check_out(out: Path) -> None:
 
 def write_step(out: Path, fdata: Path) -> Path:
     """The shell script the patched link-vmlinux.sh runs on vmlinux (in the build directory, its argument `vmlinux`):
-    keeps the linked kernel as PRE_BOLT, runs llvm-bolt into a new file and puts it in vmlinux's place. A failure
+    keeps the linked kernel as PRE_BOLT, runs llvm-bolt into a new file, again without the functions whose
+    runtime-constant sites it changed (SKIP_FILE, at most PASSES runs), and puts it in vmlinux's place. A failure
     fails the link with BOLT's first error line (its output is in LOG)."""
     check_out(out)
     out = out.resolve()
     bolt = proc.which(LLVM_BOLT) or LLVM_BOLT
     opts = " ".join(shlex.quote(o) for o in OPTIONS)
+    python, pypath = shlex.quote(sys.executable), shlex.quote(str(Path(__file__).resolve().parents[2]))  # this kpgo
     ksym = " ".join(shlex.quote(a) for a in _ksymtab_args())
     text = f"""#!/bin/sh
 # kpgo BOLT step (kpgo/kernel/bolt.py), written for this build: scripts/link-vmlinux.sh runs it on vmlinux.
@@ -265,10 +284,25 @@ if ! readelf -SW "$in" | grep -q ' __ksymtab_gpl '; then
 	objcopy {ksym} "$in" {out}/vmlinux.bolt-in
 	in={out}/vmlinux.bolt-in
 fi
-if ! {bolt} "$in" -o {out}/vmlinux.bolted -data={fdata} {opts} > {out}/{LOG} 2>&1; then
-	echo "kpgo: llvm-bolt failed: $(grep -m1 -E 'BOLT-ERROR|Segmentation|Assertion|error' {out}/{LOG} || tail -n1 {out}/{LOG}) (log: {out}/{LOG})" >&2
-	exit 1
-fi
+# BOLT 19 does not rewrite the runtime-constant sites: functions holding one that BOLT changed are skipped, and BOLT
+# runs again (kpgo.kernel.bolt.RUNTIME_CONST_PREFIXES).
+: > {out}/{SKIP_FILE}
+pass=1
+while :; do
+	if ! {bolt} "$in" -o {out}/vmlinux.bolted -data={fdata} {opts} -skip-funcs-file={out}/{SKIP_FILE} > {out}/{LOG} 2>&1; then
+		echo "kpgo: llvm-bolt failed: $(grep -m1 -E 'BOLT-ERROR|Segmentation|Assertion|error' {out}/{LOG} || tail -n1 {out}/{LOG}) (log: {out}/{LOG})" >&2
+		exit 1
+	fi
+	rc=0
+	PYTHONPATH={pypath} {python} -m kpgo.kernel.bolt sites "$in" {out}/vmlinux.bolted {out}/{SKIP_FILE} >> {out}/{LOG} 2>&1 || rc=$?
+	[ $rc = 0 ] && break
+	if [ $rc != {EXIT_SKIP_MORE} ] || [ $pass = {PASSES} ]; then
+		echo "kpgo: BOLT's output would be patched wrongly at boot: $(tail -n1 {out}/{LOG}) (log: {out}/{LOG})" >&2
+		exit 1
+	fi
+	pass=$((pass + 1))
+done
+echo "kpgo: BOLT passes: $pass" >> {out}/{LOG}
 rm -f {out}/vmlinux.bolt-in
 mv {out}/vmlinux.bolted "$v"
 """
@@ -276,6 +310,110 @@ mv {out}/vmlinux.bolted "$v"
     step.write_text(text)
     step.chmod(0o755)
     return step
+
+
+# ---- boot-time patch sites BOLT 19 does not rewrite ----
+
+@dataclass(frozen=True)
+class Site:
+    section: str  # runtime_ptr_SYM or runtime_shift_SYM
+    address: int  # of the bytes the kernel writes
+    width: int
+
+
+class _Elf:
+    """The section headers of a little-endian ELF64 file (vmlinux) and the bytes at its loaded addresses."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.data = path.read_bytes()
+            if self.data[:6] != b"\x7fELF\x02\x01":
+                raise InfraError(f"{path} is not a 64-bit little-endian ELF file", "pass an x86-64 vmlinux")
+            shoff, = struct.unpack_from("<Q", self.data, 0x28)
+            size, num, strndx = struct.unpack_from("<HHH", self.data, 0x3A)
+            heads = [struct.unpack_from("<IIQQQQIIQQ", self.data, shoff + i * size) for i in range(num)]
+            names = heads[strndx][4]
+        except OSError as err:
+            raise InfraError(f"cannot read {path}: {err.strerror}") from None
+        except (struct.error, IndexError):
+            raise InfraError(f"{path} is a truncated or damaged ELF file", "rebuild it") from None
+        # name -> (address, file offset, size), sections with file contents only (not SHT_NOBITS)
+        self.sections: dict[str, tuple[int, int, int]] = {}
+        for sh_name, sh_type, _flags, addr, off, sz, *_ in heads:
+            if sh_type != 8:
+                end = self.data.find(b"\0", names + sh_name)
+                self.sections[self.data[names + sh_name : end].decode(errors="replace")] = (addr, off, sz)
+
+    def at(self, address: int, n: int) -> bytes:
+        """The n bytes the file holds for the loaded `address`, b"" when no allocated section holds them all."""
+        for addr, off, sz in self.sections.values():
+            if addr and addr <= address and address + n <= addr + sz:
+                return self.data[off + address - addr : off + address - addr + n]
+        return b""
+
+
+def runtime_const_sites(elf: _Elf) -> list[Site]:
+    """Every runtime-constant site the kernel in `elf` patches at boot (RUNTIME_CONST_PREFIXES)."""
+    out = []
+    for name, (addr, off, size) in elf.sections.items():
+        width = next((w for p, w in RUNTIME_CONST_PREFIXES.items() if name.startswith(p)), 0)
+        for i in range(0, size - size % 4 if width else 0, 4):
+            out.append(Site(name, addr + i + struct.unpack_from("<i", elf.data, off + i)[0], width))
+    return out
+
+
+def moved_sites(pre: Path, post: Path) -> list[tuple[Site, str]]:
+    """The runtime-constant sites of the kernel `pre` whose code BOLT's output `post` changed, with the function
+    holding each ("" outside any): a site is intact when every byte from its function's start through the site is
+    the same in both, so the same instruction is at the same address (BOLT does not rewrite those sections)."""
+    a, b = _Elf(pre), _Elf(post)
+    fns = sorted((f.address, f.end, f.name) for f in codesize.symbols(pre).functions if f.size)
+    starts = [f[0] for f in fns]
+    out = []
+    for s in runtime_const_sites(a):
+        i = bisect.bisect_right(starts, s.address)
+        # the last symbol starting at or before the site that also ends after it (aliases and sizeless neighbours)
+        start, name = next(((f[0], f[2]) for f in reversed(fns[max(i - 8, 0) : i]) if s.address < f[1]), (s.address, ""))
+        n = s.address + s.width - start
+        if not a.at(start, n) or a.at(start, n) != b.at(start, n):
+            out.append((s, name))
+    return out
+
+
+def skip_pattern(function: str) -> str:
+    """BOLT's -skip-funcs-file line for `function`: a regex BOLT anchors, which also matches the names BOLT gives a
+    local symbol ("NAME/1", "NAME/FILE/1")."""
+    return re.escape(function) + "(/.*)?"
+
+
+def skip_more(pre: Path, post: Path, skip_file: Path) -> tuple[list[tuple[Site, str]], list[str]]:
+    """The sites BOLT's output `post` moved, and the functions holding them that `skip_file` did not name yet (added)."""
+    moved = moved_sites(pre, post)
+    have = set(skip_file.read_text().split()) if skip_file.is_file() else set()
+    new = sorted({name for _, name in moved if name and skip_pattern(name) not in have})
+    if new:
+        with skip_file.open("a") as f:
+            f.write("".join(skip_pattern(n) + "\n" for n in new))
+    return moved, new
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m kpgo.kernel.bolt sites PRE POST SKIP_FILE`, run by the step after each BOLT pass: 0 when every
+    runtime-constant site is intact, EXIT_SKIP_MORE when functions were added to SKIP_FILE, 1 when sites moved in
+    functions BOLT was already told to skip."""
+    if len(argv) != 4 or argv[0] != "sites":
+        print("usage: python -m kpgo.kernel.bolt sites PRE_BOLT_VMLINUX BOLTED_VMLINUX SKIP_FILE", file=sys.stderr)
+        return 2
+    pre, post, skip_file = (Path(a) for a in argv[1:])
+    moved, new = skip_more(pre, post, skip_file)
+    total = len(runtime_const_sites(_Elf(pre)))
+    if not moved:
+        print(f"kpgo: all {total} runtime-constant sites intact after BOLT")
+        return 0
+    print(f"kpgo: BOLT moved {len(moved)} of {total} runtime-constant sites, in {', '.join(sorted({n or hex(s.address) for s, n in moved}))}"
+          + (f"; skipping {len(new)} more functions" if new else "; they are skipped already"))
+    return EXIT_SKIP_MORE if new else 1
 
 
 # ---- after the build: BOLT's report and the proof ----
@@ -340,11 +478,21 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
         problems.append(f"only {valid:.1%} of the profile's samples are in functions whose profile matches their code (stale profile)")
     if pre == post:
         problems.append("vmlinux kept its build id: it is not BOLT's output")
+    moved = moved_sites(out / PRE_BOLT, out / "vmlinux")
+    if moved:
+        where = moved[0][1] or hex(moved[0][0].address)
+        problems.append(f"BOLT changed the code of {len(moved)} runtime-constant sites the kernel patches at boot (in {where})")
+    skip = out / SKIP_FILE
+    skipped = [ln.removesuffix("(/.*)?").replace("\\", "") for ln in skip.read_text().split()] if skip.is_file() else []
+    passes = re.search(r"kpgo: BOLT passes: (\d+)", log.read_text(errors="replace"))
     return {
         "ok": not problems, "problems": problems, "min_valid_share": MIN_VALID_SHARE, "valid_share": round(valid, 6),
         "options": list(OPTIONS), "bolt_version": bolt_version(), "reserve_bytes": reserve,
         "profile": {"dir": str(r.dir), "recorded_on": str(r.vmlinux), "recorded_build_id": r.build_id, "perf2bolt": fdata_info},
         "build_id_pre_bolt": pre, "build_id": post, "report": rep, "log": str(log),
+        # BOLT 19 does not rewrite them: the functions holding one it changed are left alone (SKIP_FILE)
+        "runtime_const": {"sites": len(runtime_const_sites(_Elf(out / PRE_BOLT))), "moved": len(moved), "functions_skipped": skipped,
+                          "bolt_passes": int(passes.group(1)) if passes else None},
     }
 
 
@@ -359,9 +507,17 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
              f"{rep['functions_stale']:,} stale ({rep['stale_share']:.1%}); {record['valid_share']:.1%} of the samples usable; "
              f"{rep['functions_rewritten']:,} functions rewritten, {rep['cold_bytes_moved']:,} cold bytes moved out of "
              f"{rep['hot_bytes'] + rep['cold_bytes_moved']:,}"]
+    rc = record.get("runtime_const") or {}
+    if rc.get("functions_skipped"):
+        lines.append(f"BOLT: {len(rc['functions_skipped'])} functions left alone, whose runtime-constant sites (patched at boot) BOLT "
+                     f"would move: {', '.join(rc['functions_skipped'][:8])}{' ...' if len(rc['functions_skipped']) > 8 else ''}")
     lines.append(f"BOLT: build id {record['build_id_pre_bolt']} -> {record['build_id']} (the BOLTed vmlinux in the bzImage)")
     dyno0, dyno = rep.get("dyno_before", {}), rep.get("dyno_after", {})
     if dyno0.get("taken branches") and dyno.get("taken branches") is not None:
         lines.append(f"BOLT: taken branches (BOLT's estimate from the profile) {dyno0['taken branches']:,} -> {dyno['taken branches']:,} "
                      f"({dyno['taken branches'] / dyno0['taken branches'] - 1:+.1%})")
     return lines
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
