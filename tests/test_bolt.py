@@ -255,3 +255,16 @@ def test_a_function_whose_code_before_a_site_changed_is_skipped_again(const_elf:
 
 def test_skip_patterns_escape_the_name() -> None:
     assert bolt.skip_pattern("foo.constprop.0") == r"foo\.constprop\.0(/.*)?"
+
+
+def test_a_config_with_boot_patch_lists_bolt_does_not_rewrite_is_refused() -> None:
+    """The server config's return thunks, retpolines and call-depth tracking each fill a list the kernel patches at
+    boot and BOLT 19 does not rewrite: refused after configuring, before anything is compiled; the tiny config passes."""
+    from kpgo.errors import UserError
+    from kpgo.kernel import bolt
+
+    bolt.check_config({"CONFIG_SMP": "y", "CONFIG_MITIGATION_RETHUNK": "n"}, "tiny")
+    with pytest.raises(UserError) as e:
+        bolt.check_config({"CONFIG_MITIGATION_RETHUNK": "y", "CONFIG_MITIGATION_CALL_DEPTH_TRACKING": "y"}, "server")
+    text = str(e.value)
+    assert "\n" not in text and ".return_sites" in text and ".call_sites" in text and "server" in text and ".retpoline_sites" not in text

@@ -97,6 +97,23 @@ PASSES = 3  # BOLT runs at most this often: every pass may only add functions to
 EXIT_SKIP_MORE = 3  # `python -m kpgo.kernel.bolt sites`: functions added, run BOLT again
 
 
+# Boot-time patch lists BOLT 19 does not rewrite, and that list a site in nearly every function (every return under
+# RETHUNK, every indirect call under RETPOLINE, every direct call under call-depth tracking): skipping the functions
+# whose sites BOLT moves, as kpgo does for the runtime constants, would leave BOLT nothing. Until kpgo rewrites these
+# lists itself, a config with them is refused before anything is built (docs/LAYOUT.md, "BOLT").
+UNREWRITTEN = {"CONFIG_MITIGATION_RETHUNK": ".return_sites", "CONFIG_MITIGATION_RETPOLINE": ".retpoline_sites",
+               "CONFIG_MITIGATION_CALL_DEPTH_TRACKING": ".call_sites"}
+
+
+def check_config(config: dict[str, str], name: str) -> None:
+    """A UserError when the configured kernel fills a patch list BOLT 19 does not rewrite (UNREWRITTEN)."""
+    on = [k for k in UNREWRITTEN if config.get(k) == "y"]
+    if on:
+        raise UserError(f"BOLT 19 cannot rewrite the {name} config's kernel: {', '.join(on)} fill {', '.join(UNREWRITTEN[k] for k in on)}, "
+                        "which the kernel patches at boot and BOLT leaves pointing at moved code",
+                        "build the BOLT variants from a config without them (docs/LAYOUT.md, \"BOLT\"), e.g. the tiny one")
+
+
 def tools_missing() -> list[str]:
     return [t for t in (LLVM_BOLT, str(PERF2BOLT)) if proc.which(t) is None]
 
