@@ -74,7 +74,7 @@ def hot_share_flags(variant: Variant, profile: Path | None, share: float | None)
     if share is None:
         return ()
     if not variant.profile or profile is None or variant.autofdo:
-        raise UserError(f"--hot-share is only for a variant that takes a gcov profile; {variant.name} takes none" if not variant.profile
+        raise UserError(f"--hot-share is only for a variant that takes a profile; {variant.name} takes none" if not variant.profile
                         else f"--hot-share is GCC's; {variant.name} is Clang's AutoFDO" if variant.autofdo
                         else "--hot-share needs the profile", "add --variant optimized --profile DIR, or drop --hot-share")
     from kpgo.gcov.profile import hot_fraction
