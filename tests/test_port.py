@@ -221,21 +221,36 @@ def test_unchanged_and_moved_counters_exact(world: World) -> None:
     assert not (world.ported / "drivers/gone.gcda").exists() and not (world.ported / "drivers/fresh.gcda").exists()
 
 
-def test_changed_function_mapped_consistently(world: World) -> None:
-    fn, c = functions(world.ported, world.new, "lib/lib")["changed"]
-    fresh_fn, fresh_c = functions(world.fresh, world.new, "lib/lib")["changed"]
+def consistent_counts(profile: Path, build: Path) -> tuple[list[int], list[int]]:
+    """The changed function's block counts in a profile and the fresh one's, its flow checked conserved."""
+    fn, c = functions(profile, build, "lib/lib")["changed"]
     arcs, blocks = counts(fn, c)
-    true_arcs, true_blocks = counts(fresh_fn, fresh_c)
     assert min(arcs) >= 0  # flow conserved: every count non-negative, what enters a block leaves it
     for b in range(2, fn.n_blocks):
         ins = [a for a in range(len(arcs)) if fn.arc_dst[a] == b]
         outs = [a for a in range(len(arcs)) if fn.arc_src[a] == b]
         if ins and outs:
             assert sum(arcs[a] for a in ins) == sum(arcs[a] for a in outs)
-    assert blocks[0] == true_blocks[0] == N  # called as often as before
-    # The loop and the old branch kept their counts: blocks of the new build's fresh profile are among the ported ones.
-    shared = sorted(set(blocks) & set(true_blocks))
-    assert sum(shared) >= 0.6 * sum(set(true_blocks)), (blocks, true_blocks)
+    return blocks, counts(*functions(profile.parent / "fresh", build, "lib/lib")["changed"])[1]
+
+
+def test_changed_function_mapped_by_source(world: World) -> None:
+    blocks, true = consistent_counts(world.ported, world.new)
+    assert blocks[0] == true[0] == N  # called as often as before
+    # Every block of the old code keeps its count (the loop, the old `if`); the added `if`, which no old count
+    # tells, is split evenly (fresh: taken 320 of 700 times).
+    new_if = [b for b in range(len(blocks)) if blocks[b] != true[b]]
+    assert len(new_if) == 1 and blocks[new_if[0]] == N // 2 and true[new_if[0]] == 320, (blocks, true)
+    assert "by the source's diff" in next(f["reason"] for f in world.report["functions"] if f["function"] == "changed")
+
+
+def test_changed_function_mapped_without_source(world: World, tmp_path: Path) -> None:
+    report = port_profile(world.profile, world.old, world.new, world.profile.parent / "ported-nosource", use_source=False)
+    changed = next(f for f in report["functions"] if f["function"] == "changed")
+    assert changed["status"] == "mapped" and "by line numbers" in changed["reason"]
+    blocks, true = consistent_counts(world.profile.parent / "ported-nosource", world.new)
+    assert blocks[0] == true[0] == N
+    assert sum(b == t for b, t in zip(blocks, true)) >= len(true) - 2  # the two `if`s cannot be told apart: both split evenly
 
 
 def test_fixed_and_checked(world: World) -> None:
@@ -294,7 +309,7 @@ def test_profile_of_another_build(world: World, tmp_path: Path) -> None:
     assert_one_line_error(res, 1, "is not a profile of", "drivers/fresh.gcda has no .gcno there")
     same_files = shutil.copytree(world.fresh, tmp_path / "same-files", ignore=shutil.ignore_patterns("drivers"))
     res = kpgo("profile", "port", same_files, "--from", world.old, "--to", world.new, "-o", tmp_path / "p")
-    assert_one_line_error(res, 1, "is not a profile of", "main.gcda: stamp")
+    assert_one_line_error(res, 1, "is not a profile of", "lib/lib.gcda: stamp", "another build")
     assert not (tmp_path / "p").exists()
 
 

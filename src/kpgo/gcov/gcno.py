@@ -66,8 +66,8 @@ class GcnoFunction:
     arc_dst: np.ndarray
     arc_flags: np.ndarray
     end_line: int = 0
-    # With lines=True: per block, the source lines GCC attributes to it (any file, in record order); else None.
-    block_lines: list[list[int]] | None = None
+    # With lines=True: per block, the (file, line) locations GCC attributes to it, in record order; else None.
+    block_lines: list[list[tuple[str, int]]] | None = None
 
     @property
     def n_counters(self) -> int:
@@ -112,21 +112,22 @@ class _Reader:
         return text, pos + 4 + nbytes
 
 
-def _block_lines(r: _Reader, body: int, end: int) -> tuple[int, list[int]]:
-    """The block of a LINES record and its lines (file names are skipped: a block's lines are nearly always in the
-    function's own file, and the port compares them only between two builds of it)."""
+def _block_lines(r: _Reader, body: int, end: int) -> tuple[int, list[tuple[str, int]]]:
+    """The block of a LINES record and its (file, line) locations (the file is named when it changes)."""
     block = r.u32(body)
-    out: list[int] = []
+    out: list[tuple[str, int]] = []
     p = body + 4
+    cur = ""
     while p + 4 <= end:
         w = r.u32(p)
         p += 4
         if w:
-            out.append(w)
+            out.append((cur, w))
             continue
         fname, p = r.string(p)
         if fname is None:
             break
+        cur = fname
     return block, out
 
 

@@ -35,7 +35,8 @@ import dataclasses
 import difflib
 import json
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,25 +101,68 @@ def _pred(fn: GcnoFunction) -> list[list[int]]:
     return out
 
 
-def map_blocks(old: GcnoFunction, new: GcnoFunction) -> dict[int, int]:
-    """Old block -> new block: ENTRY and EXIT, then blocks by their lines relative to the function's start line
-    (aligned in source order, as a diff aligns lines), what is left by lines relative to its end line, then
-    single successors and predecessors of mapped blocks."""
-    m: dict[int, int] = {0: 0, 1: 1}
+LineMap = dict[int, int]  # old line -> new line of a function's source file, where the two versions' text agrees
+
+
+def line_map(old_text: str, new_text: str) -> LineMap:
+    """Old line -> new line of the lines two versions of a file share, aligned as diff aligns them."""
+    a, b = old_text.splitlines(), new_text.splitlines()
+    out: LineMap = {}
+    for blk in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        for i in range(blk.size):
+            out[blk.a + i + 1] = blk.b + i + 1
+    return out
+
+
+Key = tuple[tuple[str, int], ...]
+
+
+def _align(old: GcnoFunction, new: GcnoFunction, okey: Any, nkey: Any) -> dict[int, int]:
+    """Old block -> new block by keys made of their locations, aligned in source order as a diff aligns lines."""
     ol, nl = old.block_lines or [], new.block_lines or []
 
-    def order(fn: GcnoFunction, lines: list[list[int]]) -> list[int]:
-        return sorted((b for b in range(2, fn.n_blocks) if b < len(lines) and lines[b]), key=lambda b: (min(lines[b]), b))
+    def order(fn: GcnoFunction, lines: list[list[tuple[str, int]]]) -> list[int]:
+        return sorted((b for b in range(2, fn.n_blocks) if b < len(lines) and lines[b]), key=lambda b: (min(x[1] for x in lines[b]), b))
 
-    for base_old, base_new in ((old.start_line, new.start_line), (old.end_line, new.end_line)):
-        taken = set(m.values())
-        ob = [b for b in order(old, ol) if b not in m]
-        nb = [b for b in order(new, nl) if b not in taken]
-        ok = [tuple(x - base_old for x in ol[b]) for b in ob]
-        nk = [tuple(x - base_new for x in nl[b]) for b in nb]
-        for blk in difflib.SequenceMatcher(None, ok, nk, autojunk=False).get_matching_blocks():
-            for i in range(blk.size):
-                m[ob[blk.a + i]] = nb[blk.b + i]
+    ob, nb = order(old, ol), order(new, nl)
+    ok: list[Key] = [tuple(okey(loc) for loc in ol[b]) for b in ob]
+    nk: list[Key] = [tuple(nkey(loc) for loc in nl[b]) for b in nb]
+    out: dict[int, int] = {}
+    for blk in difflib.SequenceMatcher(None, ok, nk, autojunk=False).get_matching_blocks():
+        for i in range(blk.size):
+            out[ob[blk.a + i]] = nb[blk.b + i]
+    return out
+
+
+def _relative(fn: GcnoFunction, base: int) -> Any:
+    """A location's key: lines of the function's own file relative to base, others (inlined headers) as they are."""
+    return lambda loc: ("", loc[1] - base) if loc[0] == fn.source else loc
+
+
+def map_blocks(old: GcnoFunction, new: GcnoFunction, lines: LineMap | None = None) -> dict[int, int]:
+    """Old block -> new block: ENTRY and EXIT; blocks by their source lines; then single successors and
+    predecessors of mapped blocks (structure).
+
+    With the two versions of the source (lines: their line map), an old block's lines are taken to the new file's
+    and must equal a new block's (a changed line maps nowhere). Without them, lines relative to the function's start
+    and, apart, to its end (code inserted in the middle shifts what follows it), kept where the two agree or only
+    one maps the block: an inserted `if` can sit where the old one sat relative to the start, and the old one where
+    it sat relative to the end, and numbers alone cannot tell."""
+    m: dict[int, int] = {0: 0, 1: 1}
+    if lines is not None:
+        own_old, own_new = old.source, new.source
+        found = _align(old, new, lambda loc: ("", lines.get(loc[1], -loc[1])) if loc[0] == own_old else loc,
+                       lambda loc: ("", loc[1]) if loc[0] == own_new else loc)
+        m.update(found)
+    else:
+        by_start = _align(old, new, _relative(old, old.start_line), _relative(new, new.start_line))
+        by_end = _align(old, new, _relative(old, old.end_line), _relative(new, new.end_line))
+        claimed = Counter(list(by_start.values()) + [v for k, v in by_end.items() if by_start.get(k) != v])
+        for b in sorted(set(by_start) | set(by_end)):
+            s, e = by_start.get(b), by_end.get(b)
+            target = s if e is None or s == e else e if s is None else None
+            if target is not None and claimed[target] == 1:
+                m[b] = target
     # Structure: a mapped block's only successor (predecessor) maps to the other's, while both are free.
     osu, nsu, opr, npr = _succ(old), _succ(new), _pred(old), _pred(new)
     changed = True
@@ -144,7 +188,7 @@ def _solve(fn: GcnoFunction, counters: np.ndarray) -> tuple[list[int], list[int]
     return arcs, blocks
 
 
-def map_counters(old: GcnoFunction, counters: np.ndarray, new: GcnoFunction) -> tuple[np.ndarray | None, str]:
+def map_counters(old: GcnoFunction, counters: np.ndarray, new: GcnoFunction, lines: LineMap | None = None) -> tuple[np.ndarray | None, str]:
     """Counters for the new CFG from the old one's, or None and why not (see the module's doc)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
@@ -153,7 +197,7 @@ def map_counters(old: GcnoFunction, counters: np.ndarray, new: GcnoFunction) -> 
     if solved is None:
         return None, "the old CFG cannot be solved for its arc counts"
     old_arcs, old_blocks = solved
-    bmap = map_blocks(old, new)
+    bmap = map_blocks(old, new, lines)
     total = sum(old_blocks[b] for b in range(2, old.n_blocks))
     held = sum(old_blocks[b] for b in bmap if b >= 2)
     if total and held < MIN_MATCHED * total:
@@ -190,16 +234,16 @@ def map_counters(old: GcnoFunction, counters: np.ndarray, new: GcnoFunction) -> 
     for b in range(2, n):  # conservation: what enters a block leaves it
         if not into[b] and not out_of[b]:
             continue
-        for a in into[b]:
-            rows.append(r), cols.append(a), vals.append(1.0)
-        for a in out_of[b]:
-            rows.append(r), cols.append(a), vals.append(-1.0)
+        rows += [r] * (len(into[b]) + len(out_of[b]))
+        cols += into[b] + out_of[b]
+        vals += [1.0] * len(into[b]) + [-1.0] * len(out_of[b])
         rhs.append(0.0)
         r += 1
     cost = np.zeros(nvar)
     for t, (arcs, count, w) in enumerate(targets):  # sum(arcs) - p + q = count
-        for a in arcs:
-            rows.append(r), cols.append(a), vals.append(1.0)
+        rows += [r] * len(arcs)
+        cols += arcs
+        vals += [1.0] * len(arcs)
         rows += [r, r]
         cols += [m + 2 * t, m + 2 * t + 1]
         vals += [-1.0, 1.0]
@@ -239,8 +283,37 @@ def _key(fn: GcnoFunction) -> str:
     return fn.name or f"#{fn.ident}"
 
 
-def port_functions(g: Gcda, old: Gcno, new: Gcno) -> list[Ported]:
-    """The fate of each function of g (a .gcda matching `old`) in `new`."""
+Sources = Callable[[GcnoFunction, GcnoFunction], "LineMap | None"]
+
+
+def source_lines(old: Gcno, new: Gcno) -> Sources:
+    """The line map of a function's two source files, found from each .gcno's directory (cwd) and the function's
+    file, when both can be read; None otherwise (the port then maps by line numbers alone). Each pair is read once."""
+    cache: dict[tuple[str, str], LineMap | None] = {}
+
+    def read(cwd: str | None, name: str | None) -> str | None:
+        if not name:
+            return None
+        path = os.path.join(cwd or "", name)
+        if not os.path.isfile(path):
+            return None
+        try:
+            return inputs.read_text(path, "the port reads the source to map blocks by their lines")
+        except UserError:
+            return None
+
+    def get(of: GcnoFunction, nf: GcnoFunction) -> LineMap | None:
+        key = (os.path.join(old.cwd or "", of.source or ""), os.path.join(new.cwd or "", nf.source or ""))
+        if key not in cache:
+            a, b = read(old.cwd, of.source), read(new.cwd, nf.source)
+            cache[key] = line_map(a, b) if a is not None and b is not None else None
+        return cache[key]
+
+    return get
+
+
+def port_functions(g: Gcda, old: Gcno, new: Gcno, sources: Sources | None = None) -> list[Ported]:
+    """The fate of each function of g (a .gcda matching `old`) in `new` (sources: see source_lines)."""
     by_ident = {f.ident: f for f in old.functions}
     named: dict[str, list[GcnoFunction]] = {}
     for f in new.functions:
@@ -260,7 +333,7 @@ def port_functions(g: Gcda, old: Gcno, new: Gcno) -> list[Ported]:
             continue
         nf = cands[0]
         used.add(id(nf))
-        out.append(_port_one(of, c, nf))
+        out.append(_port_one(of, c, nf, sources))
     # Renamed but otherwise equal: the same checksums and arcs, one candidate only.
     free = [f for f in new.functions if id(f) not in used]
     for of, c, i in pending:
@@ -271,13 +344,15 @@ def port_functions(g: Gcda, old: Gcno, new: Gcno) -> list[Ported]:
     return out
 
 
-def _port_one(of: GcnoFunction, c: np.ndarray, nf: GcnoFunction) -> Ported:
+def _port_one(of: GcnoFunction, c: np.ndarray, nf: GcnoFunction, sources: Sources | None) -> Ported:
     w = _sum(c)
     if of.cfg_checksum == nf.cfg_checksum and _arcs(of) == _arcs(nf):
         status = "kept" if of.lineno_checksum == nf.lineno_checksum else "carried"
         return Ported(_key(of), of.ident, status, w, c, nf, "" if status == "kept" else "lines moved")
-    counters, why = map_counters(of, c, nf)
-    return Ported(_key(of), of.ident, "mapped" if counters is not None else "dropped", w, counters, nf, "CFG changed: " + why)
+    lines = sources(of, nf) if sources is not None else None
+    how = "by the source's diff, " if lines is not None else "by line numbers (no source), "
+    counters, why = map_counters(of, c, nf, lines)
+    return Ported(_key(of), of.ident, "mapped" if counters is not None else "dropped", w, counters, nf, "CFG changed: " + how + why)
 
 
 def build_gcda(template: Gcda, stamp: int, functions: list[tuple[GcnoFunction, np.ndarray]]) -> Gcda:
@@ -341,8 +416,9 @@ def _add(row: dict[str, Any], p: Ported) -> None:
         row["mapped_to"] += _sum(p.counters)
 
 
-def port_profile(src: Path, old_build: Path, new_build: Path, dst: Path) -> dict[str, Any]:
-    """Port the profile src of old_build to new_build, into dst (see the module's doc). Returns the report."""
+def port_profile(src: Path, old_build: Path, new_build: Path, dst: Path, use_source: bool = True) -> dict[str, Any]:
+    """Port the profile src of old_build to new_build, into dst (see the module's doc). Returns the report.
+    use_source: map changed functions' blocks through a diff of their two source files, where both can be read."""
     src, old_build, new_build, dst = Path(src), Path(old_build), Path(new_build), Path(dst)
     _instrumented(old_build, "--from")
     _instrumented(new_build, "--to")
@@ -386,7 +462,7 @@ def port_profile(src: Path, old_build: Path, new_build: Path, dst: Path) -> dict
         if new.version != g.version:
             raise UserError(f"{new_path}: gcov version {new.version_text}, the profile's is {g.version_text}: the builds were compiled by different GCCs",
                             "port between builds of one compiler (GCC ignores a profile of another version)")
-        ported = port_functions(g, old, new)
+        ported = port_functions(g, old, new, source_lines(old, new) if use_source else None)
         row["status"] = "ported"
         for p in ported:
             _add(row, p)
@@ -461,8 +537,7 @@ def report_lines(report: dict[str, Any], limit: int = 20) -> list[str]:
         lines.append(row(k + (" (not in the new build)" if r["status"] == "dropped" else ""), r))
     if len(touched) > limit:
         lines.append(f"... {len(touched) - limit} more changed objects (--json)")
-    unchanged = len(report["objects"]) - len(touched)
-    lines.append(f"{f'({unchanged} objects unchanged)':<40}")
+    lines.append(f"unchanged objects: {len(report['objects']) - len(touched)}")
     lines.append(row("total", t))
     f = t["functions"]
     o = t["objects"]
