@@ -8,9 +8,9 @@ really is of that build). Its functions are then matched to the new build's .gcn
     kept     both checksums and the arcs equal: the counters as they are
     carried  the CFG checksum and the arcs equal, the line checksum not (the function moved, or its first line
              changed): the counters as they are, under the new build's id and checksums
-    mapped   the CFG changed: old blocks mapped to new ones by their source lines (relative to the function's start,
-             then to its end: an insertion shifts what follows it) and by structure (a matched block's single
-             successor to the other's), then new arc counts that conserve flow and come as close as they can to the
+    mapped   the CFG changed: old blocks mapped to new ones by their source lines (through a diff of the two source
+             files when both can be read; else relative to the function's start and to its end, where the two agree)
+             and by structure (a mapped block's single successor to the other's), then new arc counts that conserve flow and come as close as they can to the
              mapped blocks' and arcs' old counts (a linear program; the entry count weighs most, branches that nothing
              tells apart are split evenly); the counters are those of the new arcs off the spanning tree
     dropped  no function of that name; or the mapped blocks hold less than MIN_MATCHED of the function's old block
