@@ -7,6 +7,7 @@
     kpgo profile afdo BRANCH_DIR... -o OUT [--weights w1,w2,...] [--normalize]
     kpgo profile check DIR --build BUILD_DIR [--json]
     kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
+    kpgo profile port DIR --from OLD_BUILD --to NEW_BUILD -o OUT [--json]
 
 See docs/PROFILES.md for the JSON keys and the exact definitions of the similarity metrics."""
 
@@ -89,6 +90,20 @@ def register(subparsers: Any) -> None:
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.add_argument("--plot", metavar="PREFIX", help="write PREFIX-<metric>.png heatmaps")
     k.set_defaults(func=run_compare)
+
+    t = sub.add_parser("port", help="carry a profile over to a new instrumented build (a point release): matched functions keep their counters",
+                       description="Port a profile collected on OLD_BUILD to NEW_BUILD (both instrumented builds, with .gcno). "
+                       "Functions are matched by name: those whose CFG is unchanged keep their counters (under the new build's "
+                       "checksums, where only their lines moved); those whose CFG changed get counts mapped by source lines and "
+                       "structure and made consistent again (flow conservation), or are dropped when too little maps (GCC then "
+                       "estimates them). The report gives the profile weight (sum of arc counters) kept, carried, mapped and "
+                       "dropped, per object and in total; OUT is a profile for `kpgo build --profile` (docs/PROFILES.md).")
+    t.add_argument("dir", type=Path, help="profile directory collected on OLD_BUILD (never modified)")
+    t.add_argument("--from", dest="old", type=Path, required=True, metavar="OLD_BUILD", help="instrumented build the profile was collected on")
+    t.add_argument("--to", dest="new", type=Path, required=True, metavar="NEW_BUILD", help="instrumented build of the new source")
+    t.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
+    t.add_argument("--json", action="store_true", help="print the port report as JSON")
+    t.set_defaults(func=run_port)
 
 
 def _quiet_numpy() -> None:
@@ -324,6 +339,20 @@ def run_check(args: argparse.Namespace) -> int:
             print(line)
     t = res["total"]
     return 1 if args.strict and (t["stale"] or t["missing"]) else 0
+
+
+def run_port(args: argparse.Namespace) -> int:
+    _quiet_numpy()
+    from kpgo.gcov.port import port_profile, report_lines
+
+    report = port_profile(args.dir, args.old, args.new, args.out)
+    if args.json:
+        _print_json(report)
+        return 0
+    for line in report_lines(report):
+        print(line)
+    print(f"ported profile -> {args.out} (report in its profile.json, \"ported\")")
+    return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@
                          start column, end line [, end column (GCC >= 12)]
     BLOCKS   0x01410000: number of blocks (block 0 is ENTRY, block 1 is EXIT)
     ARCS     0x01430000: source block, then (destination block, flags) pairs
-    LINES    0x01450000: skipped
+    LINES    0x01450000: block, then per location (0, file name string) when the file changes, and the line;
+                         (0, empty string) ends it. Read only when asked (lines=True: `kpgo profile port` maps blocks
+                         by their lines), skipped otherwise.
 Lengths count words before GCC 12 and bytes from GCC 12; strings are a length in words plus NUL-padded text before
 GCC 12, and a length in bytes plus unpadded text (NUL included) from GCC 12, so records need not be word-aligned.
 
@@ -13,8 +15,8 @@ The arc counters of a function in the .gcda are those of its arcs *not* on the s
 in the order of this file: blocks by ARCS record, arcs in record order.
 
 API
-    parse_gcno(data, name) -> Gcno
-    read_gcno(path) -> Gcno
+    parse_gcno(data, name, lines=False) -> Gcno
+    read_gcno(path, lines=False) -> Gcno
     iter_notes(paths, names) -> Iterator[NotesTable]   many files, batch by batch, as flat arrays
     read_notes(paths, names) -> NotesTable              all of them in one table
 """
@@ -63,6 +65,9 @@ class GcnoFunction:
     arc_src: np.ndarray  # int64, one entry per arc, in file order
     arc_dst: np.ndarray
     arc_flags: np.ndarray
+    end_line: int = 0
+    # With lines=True: per block, the (file, line) locations GCC attributes to it, in record order; else None.
+    block_lines: list[list[tuple[str, int]]] | None = None
 
     @property
     def n_counters(self) -> int:
@@ -107,7 +112,26 @@ class _Reader:
         return text, pos + 4 + nbytes
 
 
-def parse_gcno(data: bytes, name: str) -> Gcno:
+def _block_lines(r: _Reader, body: int, end: int) -> tuple[int, list[tuple[str, int]]]:
+    """The block of a LINES record and its (file, line) locations (the file is named when it changes)."""
+    block = r.u32(body)
+    out: list[tuple[str, int]] = []
+    p = body + 4
+    cur = ""
+    while p + 4 <= end:
+        w = r.u32(p)
+        p += 4
+        if w:
+            out.append((cur, w))
+            continue
+        fname, p = r.string(p)
+        if fname is None:
+            break
+        cur = fname
+    return block, out
+
+
+def parse_gcno(data: bytes, name: str, lines: bool = False) -> Gcno:
     if len(data) < 12:
         raise GcovFormatError(name, "truncated header" if data else "empty file")
     order = byte_order(data[:4], name, "gcno")
@@ -143,22 +167,26 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
             arc_chunks = []
             ident, lcs, ccs = r.u32(body), r.u32(body + 4), r.u32(body + 8)
             fname = source = None
-            line = 0
+            line = end_line = 0
             try:  # the location part is informative only: tolerate what an unexpected layout puts there
                 fname, p = r.string(body + 12)
                 p += 4  # artificial
                 source, p = r.string(p)
                 line = r.u32(p)
+                end_line = r.u32(p + 8) if p + 12 <= body + length else 0  # after the start column
             except GcovFormatError:
                 pass
             cur = {"ident": ident, "lcs": lcs, "ccs": ccs, "name": fname, "source": source, "line": line,
-                   "blocks": 0}
+                   "end": end_line, "blocks": 0, "lines": {} if lines else None}
         elif tag == TAG_BLOCKS and cur is not None:
             cur["blocks"] = r.u32(body)
         elif tag == TAG_ARCS and cur is not None:
             if length < 4 or (length - 4) % 8:
                 raise GcovFormatError(name, f"ARCS record at byte {pos} has a bad length {length}")
             arc_chunks.append((body, length // 4))
+        elif tag == TAG_LINES and cur is not None and cur["lines"] is not None and length >= 4:
+            block, where = _block_lines(r, body, body + length)
+            cur["lines"].setdefault(block, []).extend(where)
         elif tag == 0:
             break
         pos = body + length
@@ -178,7 +206,8 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
         fn = GcnoFunction(
             ident=info["ident"], lineno_checksum=info["lcs"], cfg_checksum=info["ccs"], name=info["name"],
             source=info["source"], start_line=info["line"], n_blocks=info["blocks"],
-            arc_src=cat(src), arc_dst=cat(dst), arc_flags=cat(flg),
+            arc_src=cat(src), arc_dst=cat(dst), arc_flags=cat(flg), end_line=info["end"],
+            block_lines=None if info["lines"] is None else [info["lines"].get(b, []) for b in range(info["blocks"])],
         )
         if len(fn.arc_dst) and (fn.arc_dst.max() >= max(fn.n_blocks, 1) or fn.arc_src.max() >= max(fn.n_blocks, 1)):
             raise GcovFormatError(name, f"function {fn.name or fn.ident}: arc to a block beyond its {fn.n_blocks}")
@@ -187,9 +216,9 @@ def parse_gcno(data: bytes, name: str) -> Gcno:
                 functions=functions)
 
 
-def read_gcno(path: Path | str) -> Gcno:
+def read_gcno(path: Path | str, lines: bool = False) -> Gcno:
     path = Path(path)
-    return parse_gcno(inputs.read_bytes(path, DAMAGED_GCNO_HINT), str(path))
+    return parse_gcno(inputs.read_bytes(path, DAMAGED_GCNO_HINT), str(path), lines)
 
 
 # -- many files at once ------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def compare_to_gcno(g: Gcda, notes: Gcno) -> str | None:
     return None
 
 
-def _has_gcno(build: Path) -> bool:
+def has_gcno(build: Path) -> bool:
     """Whether any .gcno is under build (the walk stops at the first)."""
     for _root, _dirs, files in os.walk(build):
         if any(f.endswith(".gcno") for f in files):
@@ -83,7 +83,7 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     src, build = Path(src), Path(build)
     if not build.is_dir():
         raise UserError(f"build directory {build} does not exist", "give the instrumented kernel's build directory")
-    if not _has_gcno(build):
+    if not has_gcno(build):
         # Every file would be "missing": the answer to a wrong --build, not to a wrong profile.
         raise UserError(f"{build} holds no .gcno files, so it is not an instrumented build",
                         "give the build directory of `kpgo build --variant instrumented` the profile was collected from")
@@ -139,4 +139,4 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     }
 
 
-__all__ = ["check_profile", "compare_to_gcno", "function_signature"]
+__all__ = ["check_profile", "compare_to_gcno", "function_signature", "has_gcno"]
