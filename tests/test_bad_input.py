@@ -15,7 +15,7 @@ from conftest import TINY_RUN_ARGS, assert_one_line_error, kpgo, short_sets
 def tree_digest(root: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
+        h.update(f"{p.relative_to(root)} {p.stat().st_mode:o}".encode())
         if p.is_file():
             h.update(p.read_bytes())
     return h.hexdigest()
@@ -99,7 +99,28 @@ def test_failing_build_shows_compiler_error(tiny_run: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.vm
-def test_optimized_build_leaves_profile_untouched(tiny_run: Path) -> None:
+@pytest.mark.slow  # a whole tiny build from the profile: ~7 min on 2 cores (ccache warm from the session's run)
+def test_optimized_build_leaves_profile_untouched(tiny_run: Path, tmp_path: Path) -> None:
+    """An optimized build from a profile leaves the profile as it was: the build runs (in a directory of its own, so
+    nothing is up to date): kpgo checks, digests and installs the profile, GCC compiles the kernel with it, kpgo proves
+    it was used."""
+    prof = tiny_run / "profiles" / "redis"
+    before = tree_digest(prof)
+    out = tmp_path / "optimized"
+    res = kpgo("build", "--base", "tiny", "--variant", "optimized", "--profile", prof, "-o", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "up to date" not in res.stderr  # built, not reused
+    installed = sorted(p.relative_to(out) for p in out.rglob("*.gcda"))
+    assert installed == sorted(p.relative_to(prof) for p in prof.rglob("*.gcda")) and len(installed) > 100  # the profile went in
+    build = json.loads((out / "build.json").read_text())
+    assert build["ok"] and build["proof"]["ok"] and build["profile"]["files_installed"] == len(installed)
+    assert tree_digest(prof) == before
+
+
+@pytest.mark.vm
+def test_cached_rerun_leaves_profile_untouched(tiny_run: Path) -> None:
+    """`kpgo run` again on a finished run re-checks every step's inputs (nothing is built: the build itself is
+    test_optimized_build_leaves_profile_untouched's) and leaves the profile as it was."""
     prof = tiny_run / "profiles" / "redis"
     before = tree_digest(prof)
     res = kpgo(*TINY_RUN_ARGS, "--dir", tiny_run)  # cached: re-checks everything

@@ -12,7 +12,7 @@ import pytest
 from conftest import workload
 from kpgo import bench, cli, sim, vm
 from kpgo.commands.common import sim_from
-from kpgo.errors import UserError
+from kpgo.errors import InfraError, UserError
 from kpgo.report import present
 
 
@@ -62,8 +62,9 @@ def test_tables_lead_with_simulated_figures_and_list_failures() -> None:
     text = bench.format_table(res)
     assert text.index("simulated per operation") < text.index("wall-clock (TCG: indicative only)")
     assert "×0.900" in text and "FAILED boots (1" in text and "/b/console.log" in text
-    with pytest.raises(Exception, match=r"1 of 12 boots failed \(vanilla on bad"):
+    with pytest.raises(InfraError, match=r"1 of 12 boots failed \(vanilla on bad") as e:  # exit 3: the boot failed, not the user
         bench.raise_if_failed(res, Path("/out"))
+    assert type(e.value) is InfraError and e.value.exit_code == 3 and "\n" not in str(e.value)
 
 
 def test_indirect_branches_are_a_metric_not_a_headline() -> None:

@@ -7,11 +7,15 @@ whose files differ in layout from the kernel's and so take the per-file merge.""
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import importlib.util
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,26 +123,48 @@ def test_task_error_is_the_users_one_line(local_ray: None, fleet: tuple[list[Pat
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
-def _ray_processes() -> set[str]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
-    return set(out.split())
+def _processes_naming(mark: str) -> list[int]:
+    """This machine's processes whose command line names `mark` (another session's Ray, or another test's, does not)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if d.name.isdigit() and mark.encode() in (d / "cmdline").read_bytes():
+                found.append(int(d.name))
+    return found
 
 
 def test_cli_local_cluster(fleet: tuple[list[Path], list[Path]], tmp_path: Path) -> None:
-    """The command a user runs: it starts Ray on this machine, merges, and leaves no Ray process behind."""
-    before = _ray_processes()
+    """The command a user runs: it starts Ray on this machine, merges, and leaves no Ray process behind. Its Ray is
+    told apart from any other on the machine by its own temporary directory (RAY_TMPDIR), which its raylet and GCS
+    server name on their command lines: seen while it merges, gone after."""
     dirs = fleet[0]
     w = ",".join(map(str, WEIGHTS))
     assert kpgo("profile", "merge", *dirs, "-o", tmp_path / "serial", "--weights", w, "--normalize").returncode == 0
-    res = kpgo("profile", "merge", *dirs, "-o", tmp_path / "tree", "--weights", w, "--normalize", "--cluster", "local",
-               "--fan-in", "3", timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert "merged 7 profiles" in res.stdout
-    assert same_tree(tmp_path / "serial", tmp_path / "tree")
-    deadline = time.monotonic() + 30
-    while _ray_processes() - before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _ray_processes() - before
+    mine = Path(tempfile.mkdtemp(prefix="kr", dir="/tmp"))  # Ray's socket paths stay short
+    try:
+        # Output to files, not pipes: a process left behind holding them would keep a pipe open past kpgo's end.
+        with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+            p = subprocess.Popen([sys.executable, "-m", "kpgo", "profile", "merge", *map(str, dirs), "-o", str(tmp_path / "tree"),
+                                  "--weights", w, "--normalize", "--cluster", "local", "--fan-in", "3"],
+                                 env={**os.environ, "RAY_TMPDIR": str(mine)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        seen: set[int] = set()
+        deadline = time.monotonic() + 300
+        while p.poll() is None and time.monotonic() < deadline:
+            seen.update(_processes_naming(str(mine)))
+            time.sleep(0.1)
+        assert p.wait(timeout=1) == 0, (tmp_path / "err").read_text()
+        assert "merged 7 profiles" in (tmp_path / "out").read_text()
+        assert same_tree(tmp_path / "serial", tmp_path / "tree")
+        assert len(seen) >= 2, "the merge's Ray was never seen: the check below would prove nothing"
+        deadline = time.monotonic() + 30
+        while _processes_naming(str(mine)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _processes_naming(str(mine)), "Ray processes outlived the merge"
+    finally:
+        for pid in _processes_naming(str(mine)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(mine, ignore_errors=True)
 
 
 def _kpgo_without_ray(*args: str | Path) -> CliResult:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from kpgo.kernel import kbuild
 from test_variants import FAKE_MAKE, fake_buildable_tree
 
 TESTS = Path(__file__).resolve().parent
+SPREAD = "0.02"  # the fake boots' boot-to-boot spread on the cluster's nodes (a real redis bench's is ~1-2%)
 
 
 def fake_build(d: Path, key: str, size: int) -> Path:
@@ -200,7 +202,7 @@ def test_boots_of_another_set_of_cells_are_measured_again(two_kernels: list[benc
 
 def test_no_node_with_the_guest_resource_is_one_line(two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
     """A Ray cluster whose nodes lack kpgo_guest (this machine's, started without it): refused before any boot."""
-    code = "import sys, ray; ray.init(num_cpus=1, include_dashboard=False, logging_level='ERROR', log_to_driver=False)"
+    code = "import sys, ray; ray.init(address='local', num_cpus=1, include_dashboard=False, logging_level='ERROR', log_to_driver=False)"  # a Ray of its own
     res = run("bench", "--kernel", f"vanilla={two_kernels[0].build_dir}", "--workload", "redis", "--cluster", "local",
               "-o", tmp_path / "b", code=code)
     assert_one_line_error(res, 1, f"no node of the Ray cluster at local offers the {GUEST} resource", "ray start",
@@ -220,10 +222,20 @@ def test_ray_missing_or_unreachable_is_one_line(two_kernels: list[bench.Kernel],
 # -- a Ray cluster of two nodes with fake boots -------------------------------------------------------------------
 
 
+@dataclass
+class LocalCluster:
+    """The module's Ray cluster on this machine and the worker node a test starts with."""
+
+    cluster: Any
+    worker: Any
+    cache: Path
+
+
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Path]]:
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A head and a worker node on this machine (1 CPU and the kpgo_guest resource each), this process their driver,
-    their workers booting fake guests of FAKE seconds. Yields the cluster, the worker node and the nodes' kpgo cache."""
+    their workers booting fake guests of 1.5 s whose figures spread from boot to boot as real ones do (the same
+    figure for a boot wherever it runs), and the nodes' kpgo cache."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -236,6 +248,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
         mp.setenv("KPGO_CACHE", str(cache))
         mp.setenv("KPGO_ACCEL", "tcg")
         mp.setenv(fake_boot.SECONDS, "1.5")
+        mp.setenv(fake_boot.SPREAD, SPREAD)
         # builds: make is test_variants' fake, which logs each call and takes FAKE_MAKE_SECONDS to make a bzImage
         bin_dir = tmp_path_factory.mktemp("bin")
         (bin_dir / "make").write_text(FAKE_MAKE)
@@ -248,10 +261,37 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
             worker = cluster.add_node(num_cpus=1, resources={GUEST: 1})
             ray.init(address=cluster.address, runtime_env={"worker_process_setup_hook": "fake_boot.install"},
                      logging_level="WARNING", log_to_driver=False)
-            yield cluster, worker, cache
+            yield LocalCluster(cluster, worker, cache)
         finally:
             ray.shutdown()
             cluster.shutdown()
+
+
+@pytest.fixture
+def two_nodes(local_cluster: LocalCluster) -> tuple[Any, Any, Path]:
+    """The head and one live worker node, whatever the tests before this one did to the cluster (a worker node killed,
+    a node added and left): each test starts from the same two nodes, in any order. Yields the cluster, the worker node
+    and the nodes' kpgo cache."""
+    cluster = local_cluster.cluster
+    for node in list(cluster.worker_nodes):
+        if node is not local_cluster.worker:
+            cluster.remove_node(node, allow_graceful=False)
+    if local_cluster.worker not in cluster.worker_nodes:  # killed by an earlier test: a new one
+        local_cluster.worker = cluster.add_node(num_cpus=1, resources={GUEST: 1})
+    wait_for_live_nodes(cluster)
+    return cluster, local_cluster.worker, local_cluster.cache
+
+
+def wait_for_live_nodes(cluster: Any) -> None:
+    """Until Ray's own list of live nodes is the cluster's nodes: those added are up, those removed seen gone."""
+    import ray
+
+    cluster.wait_for_nodes()
+    want = {n.node_id for n in cluster.list_all_nodes()}
+    deadline = time.monotonic() + 60
+    while {n["NodeID"] for n in ray.nodes() if n["Alive"]} != want:
+        assert time.monotonic() < deadline, f"the cluster's live nodes are not {want}: {ray.nodes()}"
+        time.sleep(0.2)
 
 
 def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, Path], two_kernels: list[bench.Kernel], tmp_path: Path,
@@ -262,13 +302,20 @@ def test_cluster_bench_is_the_same_design_with_hosts(two_nodes: tuple[Any, Any, 
     res = bench.bench(two_kernels, wls, tmp_path / "c", design=design, guest=vm.Guest(), cluster=Cluster(cluster.address))
     monkeypatch.setattr(vm, "run_agent", fake_boot.fake_run_agent)
     monkeypatch.setenv("KPGO_ACCEL", "tcg")
+    monkeypatch.setenv(fake_boot.SPREAD, SPREAD)  # as on the nodes
     here = bench.bench(two_kernels, wls, tmp_path / "h", design=design, guest=vm.Guest())
 
     # The design is the single-machine bench's, with where each round ran beside it.
     placed = res["design"].pop("hosts")
     assert res["design"] == here["design"]
+    # Each boot its own figure (the fake boots spread), so each sample is its own boot's and no other's, and the
+    # statistics are those of the same figures: a ratio with an interval of some width.
     assert [s["values"] for s in res["samples"]] == [s["values"] for s in here["samples"]]
+    assert [(s["round"], s["kernel"]) for s in res["samples"]] == [(s["round"], s["kernel"]) for s in here["samples"]]
+    assert len({s["values"][0] for s in res["samples"]}) == len(res["samples"]) == 8
     assert res["workloads"] == here["workloads"] and not res["failed"]
+    [opt] = [r for r in res["workloads"]["fake"]["summary"] if r["kernel"] == "optimized"]
+    assert opt["ci_low"] < opt["speedup"] < opt["ci_high"]
     # Rounds round-robin over the two nodes (in node order), each whole on one; every sample names its node.
     nodes = placed["nodes"]
     assert sorted(nodes) == sorted([cluster.head_node.node_id, worker.node_id])
@@ -366,7 +413,8 @@ def test_cli_collect_on_a_local_cluster(tmp_path: Path) -> None:
     code = (f"import sys, ray; sys.path.insert(0, {str(TESTS)!r}); ray.init(address='local', num_cpus=1, resources={{{GUEST!r}: 1}}, "
             "runtime_env={'worker_process_setup_hook': 'fake_boot.install'}, include_dashboard=False, logging_level='ERROR', log_to_driver=False)")
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p), "KPGO_ACCEL": "tcg",
-           fake_boot.GCDA: str(gcda), "KPGO_CACHE": str(tmp_path / "cache")}
+           fake_boot.GCDA: str(gcda), "KPGO_CACHE": str(tmp_path / "cache"),
+           fake_boot.SPREAD: "0", fake_boot.SECONDS: "0"}  # not the module cluster's, whether or not it is up: the figure is the kernel's size
     res = run("collect", build, "--workload", "micro", "--cluster", "local", "-o", tmp_path / "p", code=code, env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(f"profile: {tmp_path / 'p'}  (3 files, 4096 ")
@@ -377,7 +425,7 @@ def test_cli_collect_on_a_local_cluster(tmp_path: Path) -> None:
 def test_a_node_removed_during_a_boot(two_nodes: tuple[Any, Any, Path], two_kernels: list[bench.Kernel], tmp_path: Path) -> None:
     """The worker node is killed during its second boot: its round moves whole to the head (the boot it finished is
     booted again there and replaces its sample), so is its other round, and the bench completes with every cell
-    counted once. (Last in this module: the cluster has one node after it.)"""
+    counted once."""
     cluster, worker, cache = two_nodes
     work = cache / "cluster" / "boots" / worker.node_id[:12]
     removed: list[str] = []
@@ -434,10 +482,11 @@ def kill_once_busy(cluster: Any, node: Any, work: Path) -> tuple[threading.Threa
 
 def test_a_node_removed_during_a_collection(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
     """A node added to the cluster is killed while it collects: its workload goes back to the queue and is collected
-    on the head, and every profile is written once. (After the bench's node test: it brings its own node.)"""
-    cluster, _, cache = two_nodes
+    on the head, and every profile is written once."""
+    cluster, worker, cache = two_nodes
+    cluster.remove_node(worker)  # the head and the added node: two workloads, so the added node collects one
     fresh = cluster.add_node(num_cpus=1, resources={GUEST: 1})
-    cluster.wait_for_nodes()
+    wait_for_live_nodes(cluster)
     build = fake_build(tmp_path / "instr", "iiii2222", 4096)
     meta = json.loads((build / "build.json").read_text())
     (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
@@ -477,7 +526,7 @@ def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path,
 
     monkeypatch.setattr(kpgo_cluster, "HEARTBEAT_SECONDS", 0.5)
     cluster, _, cache = two_nodes
-    extra = cluster.add_node(num_cpus=1)  # a node without the guest resource builds too (the worker may be gone)
+    extra = cluster.add_node(num_cpus=1)  # a node without the guest resource builds too
     cluster.wait_for_nodes()
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
     build = opts.builder(*opts.kernel(), Cluster(cluster.address))
@@ -533,7 +582,7 @@ def test_a_node_removed_during_a_build(two_nodes: tuple[Any, Any, Path], tmp_pat
     another node; every build is written here once, complete."""
     cluster, _, cache = two_nodes
     fresh = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    wait_for_live_nodes(cluster)
     killer, removed = kill_once_busy(cluster, fresh, cache / "cluster" / "builds" / fresh.node_id[:12])
     opts = run_options(tmp_path, fake_buildable_tree(tmp_path / "linux"))
     res = opts.builder(*opts.kernel(), Cluster(cluster.address)).many([(v, v, None) for v in ("vanilla", "o3", "os")])

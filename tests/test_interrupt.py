@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,19 +34,23 @@ def _gone(pid: str) -> bool:
 def test_children_die_with_a_killed_kpgo() -> None:
     """SIGKILL of the process that called proc.run (no handler can run) still ends the child's whole group,
     grandchildren included (a QEMU under vng, the compilers under make)."""
-    code = "from kpgo import proc; proc.run(['sh', '-c', 'sleep 171 & sleep 171'], check=False)"
+    # The sleeps' own duration (171 s and this test's pid as its fraction) tells them apart from any other on the
+    # machine, another session's run of this test included.
+    mine = f"171.{os.getpid()}"
+    code = f"from kpgo import proc; proc.run(['sh', '-c', 'sleep {mine} & sleep {mine}'], check=False)"
     parent = subprocess.Popen([sys.executable, "-c", code])
+    sleeps = f"^sleep {re.escape(mine)}$"
     deadline = time.monotonic() + 20
-    while len(_pids("^sleep 171")) < 2 and time.monotonic() < deadline:
+    while len(_pids(sleeps)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(_pids("^sleep 171")) == 2
+    assert len(_pids(sleeps)) == 2
     [reaper] = _pids("kpgo-reaper", parent=parent.pid)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 5
-    while _pids("^sleep 171") and time.monotonic() < deadline:
+    while _pids(sleeps) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _pids("^sleep 171"), "a child outlived kpgo"
+    assert not _pids(sleeps), "a child outlived kpgo"
     assert _gone(reaper), "the reaper outlived its work"
 
 

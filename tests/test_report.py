@@ -170,6 +170,57 @@ def test_cli_writes_every_supported_section(tmp_path: Path, dataset: Path) -> No
     assert cmp["data"]["pairs"] and all(p["change"] == pytest.approx(1.0) for p in cmp["data"]["pairs"])
 
 
+def _speedups(run_dir: Path) -> dict[tuple[str, str], float]:
+    """(workload, kernel) -> the speedup over the run's baseline that its results.json records, baseline left out."""
+    res = load(run_dir / "bench" / "results.json")
+    return {(w, r["kernel"]): r.get("speedup", r.get("ratio")) for w, v in res["workloads"].items() for r in v["summary"]
+            if r["kernel"] != res["baseline"]}
+
+
+@pytest.mark.parametrize("this, other", [("tiny-cross-sim", "studies-tcg"), ("studies-tcg", "tiny-cross-sim"),
+                                         ("tiny-cross-sim", "tiny-compiler")])
+def test_compare_with_another_run(tmp_path: Path, this: str, other: str) -> None:
+    """--compare OTHER: a row for each kernel and workload both runs measured (a kernel only one run has is left out),
+    each run's own speedup from its own results.json, and the change between them, this run's over the other's; the
+    runs given the other way round give the inverse changes."""
+    from kpgo import report as rep
+
+    a, b = copy_run(DATA / this, tmp_path / "this"), copy_run(DATA / other, tmp_path / "other")
+    rep.write(rep.generate(a, tmp_path / "out", compare=b), tmp_path / "out")
+    cmp = load(tmp_path / "out" / "report.json")["sections"]["compare"]
+    ours, theirs = _speedups(a), _speedups(b)
+    both = sorted(set(ours) & set(theirs))
+    assert both and (bool(set(ours) ^ set(theirs)) == ("studies-tcg" in (this, other)))  # its universal kernels: in one run only
+    pairs = cmp["data"]["pairs"]
+    assert sorted((p["workload"], p["kernel"]) for p in pairs) == both
+    for p in pairs:
+        key = (p["workload"], p["kernel"])
+        assert p["this"]["ratio"] == pytest.approx(ours[key]) and p["other"]["ratio"] == pytest.approx(theirs[key])
+        assert p["change"] == pytest.approx(ours[key] / theirs[key])
+    assert any(abs(p["change"] - 1) > 0.01 for p in pairs)  # two different runs: the changes are not all 1
+    assert cmp["data"]["other_run_dir"] == "other"  # a directory outside this run's: by its name
+    md = (tmp_path / "out" / "report.md").read_text()
+    for p in pairs:
+        assert f"| {p['workload']} | {p['kernel']} | " in md and f"{p['change']:.3f}" in md
+    rep.write(rep.generate(b, tmp_path / "back", compare=a), tmp_path / "back")
+    back = {(p["workload"], p["kernel"]): p["change"] for p in load(tmp_path / "back" / "report.json")["sections"]["compare"]["data"]["pairs"]}
+    assert sorted(back) == both and all(back[(p["workload"], p["kernel"])] == pytest.approx(1 / p["change"]) for p in pairs)
+
+
+def test_compare_with_a_run_of_other_pairs_is_skipped(tmp_path: Path) -> None:
+    """A run that measured none of this run's kernel/workload pairs: no comparison section, the reason in the skipped."""
+    from kpgo import report as rep
+
+    a, b = copy_run(DATA / "tiny-cross-sim", tmp_path / "this"), copy_run(DATA / "tiny-compiler", tmp_path / "other")
+    res = json.loads((b / "bench" / "results.json").read_text())
+    res["workloads"] = {f"{n}-other": w for n, w in res["workloads"].items()}
+    (b / "bench" / "results.json").write_text(json.dumps(res))
+    doc = rep.generate(a, tmp_path / "out", compare=b)
+    assert "compare" not in {s.heading.id for s in doc.sections}
+    [reason] = [s.reason for s in doc.skipped if s.heading.id == "compare"]
+    assert reason.endswith("measured none of this run's kernel/workload pairs")
+
+
 def test_per_host_table_of_a_cluster_bench(tmp_path: Path) -> None:
     """A bench on a cluster (here: the recorded tiny run, its two rounds put on two hosts as `--cluster` does, each
     round whole on one host): the header has each cell's boots per host and, within the host, the ratio to the

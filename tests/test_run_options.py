@@ -101,10 +101,37 @@ def test_a_damaged_request_is_refused_in_one_line(change: dict, needle: str) -> 
     assert needle in e.value.message
 
 
-def test_extending_adds_the_study_once(tmp_path: Path) -> None:
-    opts = options("--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--dir", str(tmp_path))
-    more = replace(opts, studies=tuple(dict.fromkeys((*opts.studies, "universal", "cross"))))
+def test_extending_adds_the_study_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kpgo study NAME RUN` runs the run's request with NAME added after the studies it has, once: what the command
+    hands the run (its own code, run.execute stubbed), not a copy of its expression."""
+    from kpgo import study
+    from kpgo.commands import study as study_cmd
+
+    recorded = options("--base", "tiny", "--workload", "redis,micro", "--study", "cross", "--dir", str(tmp_path))
+    handed: list[pipeline.RunOptions] = []
+
+    def run_options(run_dir: Path) -> pipeline.RunOptions:
+        assert run_dir == tmp_path
+        return recorded
+
+    def execute(opts: pipeline.RunOptions, cluster: object) -> int:
+        handed.append(opts)
+        return 0
+
+    monkeypatch.setattr(study, "run_options", run_options)
+    monkeypatch.setattr(run_cmd, "execute", execute)
+
+    def extend(name: str) -> pipeline.RunOptions:
+        args = make_parser().parse_args(["study", name, str(tmp_path)])
+        assert args.func is study_cmd.extend_run and study_cmd.extend_run(args) == 0
+        return handed.pop()
+
+    more = extend("universal")
+    assert more == replace(recorded, studies=("cross", "universal"))  # nothing else of the request changes
     assert more.studies == ("cross", "universal") and more.to_json()["study"] == ["cross", "universal"]
+    assert extend("cross") == recorded  # a study the run has: once, where it was
+    recorded = more
+    assert extend("cross").studies == ("cross", "universal") and extend("variability").studies == ("cross", "universal", "variability")
 
 
 def test_every_study_of_a_run_is_a_choice_and_round_trips(tmp_path: Path) -> None:
