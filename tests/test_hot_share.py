@@ -82,7 +82,7 @@ def test_gcc_follows_the_cut(program: tuple[Path, Path]) -> None:
 def test_refused_where_it_does_not_apply(tmp_path: Path, program: tuple[Path, Path]) -> None:
     assert_one_line_error(kpgo("build", "--hot-share", "1.5", "--dry-run"), 1, "--hot-share 1.5 is not a share between 0 and 1")
     assert_one_line_error(kpgo("build", "--variant", "vanilla", "--hot-share", "0.9", "--dry-run"), 1,
-                          "--hot-share is only for a variant that takes a gcov profile", "vanilla takes none")
+                          "--hot-share is only for a variant that takes a profile", "vanilla takes none")
     zero = tmp_path / "zero"
     zero.mkdir()
     g = read_gcda(program[1] / "a.gcda")
