@@ -8,12 +8,12 @@ id, from /sys/kernel/notes, is the one BOLT gave vmlinux), and its hot code runs
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import kpgo
+from test_order_vm import collected as order_collected
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -21,18 +21,8 @@ MICRO = ("--workload", "micro")
 
 
 def collected(build: Path, out: Path) -> dict:
-    """The branch profile of `build` under micro, recorded once (a profile of the same build is reused)."""
-    key = json.loads((build / "build.json").read_text())["key"]
-    try:
-        have = json.loads((out / "profile.json").read_text())
-        if have.get("build_key") == key:
-            return have
-    except (OSError, ValueError):
-        pass
-    shutil.rmtree(out, ignore_errors=True)
-    res = kpgo("collect", build, "--branches", *MICRO, "-o", out, timeout=1800)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads((out / "profile.json").read_text())
+    """The branch profile of `build` under micro, recorded once (test_order_vm's recorder)."""
+    return order_collected(build, out, MICRO)
 
 
 def test_a_bolted_tiny_kernel_builds_boots_and_runs_micro(test_dir: Path) -> None:

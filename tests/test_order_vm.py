@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.vm, pytest.mark.slow]
 REDIS = ("--workload", "redis", "--set", "redis.requests=20000")
 
 
-def collected(build: Path, out: Path) -> dict:
-    """The branch profile of `build` under redis, recorded once (a profile of the same build is reused)."""
+def collected(build: Path, out: Path, load: tuple[str, ...] = REDIS) -> dict:
+    """The branch profile of `build` under `load` (redis unless told), recorded once (a profile of the same build is
+    reused); the BOLT and AutoFDO VM tests record with it too."""
     key = json.loads((build / "build.json").read_text())["key"]
     try:
         have = json.loads((out / "profile.json").read_text())
@@ -30,7 +31,7 @@ def collected(build: Path, out: Path) -> dict:
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
-    res = kpgo("collect", build, "--branches", *REDIS, "-o", out, timeout=1800)
+    res = kpgo("collect", build, "--branches", *load, "-o", out, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads((out / "profile.json").read_text())
 
