@@ -193,6 +193,44 @@ def test_the_agent_reads_the_running_kernels_build_id(data: bytes, want: str | N
     assert agent.kernel_build_id() == want
 
 
+
+@pytest.mark.parametrize("ran", ["the build's", "another", None])
+def test_a_boot_must_run_the_builds_own_kernel(ran: str | None, small_elf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every boot checks the build id the guest reports against the vmlinux of the image's build directory: a bzImage
+    holding another kernel (ccache once gave one the kernel of an earlier build) fails the boot in one line, naming
+    both ids; a guest that reports none (no /sys/kernel/notes) passes."""
+    import json
+    import shutil
+
+    from conftest import workload
+    from kpgo import proc, vm
+    from kpgo.errors import InfraError
+    from kpgo.guest import contract
+
+    build = tmp_path / "build"
+    image = build / "arch" / "x86" / "boot" / "bzImage"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"a kernel image")
+    shutil.copy(small_elf, build / "vmlinux")
+    own = branches.build_id_of(build / "vmlinux")
+    said = {"the build's": own, "another": "ab" * 20, None: None}[ran]
+
+    def boot(kernel: Path, rundir: Path, *args: object, **kw: object) -> proc.Result:
+        (rundir / "result.json").write_text(json.dumps(contract.Result(ok=True, mode="bench", kernel="6.12", build_id=said).to_json()))
+        return proc.Result(argv=[], returncode=0, output="", seconds=1.0, timed_out=False)
+
+    monkeypatch.setattr(vm, "_run_agent", boot)
+    job = contract.Job(mode="bench", workload=workload("w", client="guest"))
+    (tmp_path / "guest").mkdir()
+    run = lambda: vm.run_agent(image, tmp_path / "guest", job, guest=vm.Guest(), log=tmp_path / "console.log", accel="tcg")  # noqa: E731
+    assert vm.vmlinux_beside(image) == (build / "vmlinux").resolve() and vm.vmlinux_beside(small_elf) is None
+    if ran == "another":
+        with pytest.raises(InfraError, match=f"build id {said}, not .*vmlinux's {own}") as e:
+            run()
+        assert "its bzImage does not hold its vmlinux" in (e.value.hint or "")
+    else:
+        assert run().build_id == said
+
 # ---- x86 runtime constants: boot-time patch sites BOLT 19 does not rewrite ----
 
 RUNTIME_CONST_ASM = """

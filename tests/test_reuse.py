@@ -152,3 +152,28 @@ def test_vanilla_objects_come_from_ccache_and_a_changed_profile_misses(profiled:
         compile_in(d, src, "hot", cc=["sh", str(kbuild.REUSE_CC)], env=opt)
     assert ccache_counts(opt)["direct_cache_hit"] == 2 and ccache_counts(opt)["cache_miss"] == 3  # (the first from run1/2)
     assert kbuild._make_vars(variants.get("instrumented")) == ([], {})
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is installed by `make setup`")
+def test_a_source_that_includes_a_file_with_incbin_is_always_compiled(tmp_path: Path) -> None:
+    """arch/x86/boot/compressed/piggy.S pulls the compressed kernel in with .incbin; ccache's depend mode does not see
+    that file, so a second build of the same config (the same piggy.S: the sizes match) took the first build's kernel
+    into its bzImage. Through kpgo's wrapper such a source is compiled every time, with the file it includes now."""
+    env = ccache_env("vanilla", tmp_path)
+    cc = ["sh", str(kbuild.REUSE_CC)]
+    src = tmp_path / "piggy.S"
+    src.write_text('.section .rodata\n.incbin "payload.bin"\n')
+    objs = []
+    for i, payload in enumerate((b"first kernel", b"other kernel")):  # same size, as two builds of one config
+        d = tmp_path / f"build{i}"
+        d.mkdir()
+        (d / "payload.bin").write_bytes(payload)
+        subprocess.run([*cc, "-Wp,-MMD,.piggy.o.d", "-c", src, "-o", "piggy.o"], cwd=d, check=True, env={**os.environ, **env})
+        objs.append((d / "piggy.o").read_bytes())
+    assert b"first kernel" in objs[0] and b"other kernel" in objs[1]
+    counts = ccache_counts(env)
+    assert counts.get("direct_cache_hit", 0) == counts.get("cache_miss", 0) == 0  # not through ccache at all
+    # An ordinary source beside it still goes through ccache (the control: the wrapper and the cache work).
+    (tmp_path / "plain.S").write_text(".section .rodata\n.byte 1\n")
+    subprocess.run([*cc, "-Wp,-MMD,.plain.o.d", "-c", tmp_path / "plain.S", "-o", "plain.o"], cwd=tmp_path, check=True, env={**os.environ, **env})
+    assert ccache_counts(env)["cache_miss"] == 1

@@ -398,7 +398,7 @@ def measure(image: Path, workdir: Path, step: dict[str, Any], key: str, how: Boo
             "step_ops": [r.step_ops for r in runs],
             "sim_steps": sim_steps(result.sim or [], steps, sim.l1i_line) if sim is not None and steps is not None else None,
             "timings": result.timings, "placement": result.placement, "sim_boot": result.sim_boot,
-            "mitigations": result.mitigations, "host": host.identity(), "retried": retried,
+            "mitigations": result.mitigations, "build_id": result.build_id, "host": host.identity(), "retried": retried,
         }
     except KpgoError as e:
         return {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "host": host.identity()}

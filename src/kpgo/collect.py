@@ -208,9 +208,6 @@ def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *,
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(tmp, kept, ignore=shutil.ignore_patterns(vm.BRANCH_RECORDS))
             raise type(e)(e.message, f"guest logs kept in {kept}") from None
-        if result.build_id and result.build_id != build_id:  # the guest names the kernel it runs (a BOLTed one has its own id)
-            raise InfraError(f"the guest ran the kernel with build id {result.build_id}, not {vmlinux}'s {build_id}",
-                             f"rebuild {build_dir}: its bzImage and vmlinux differ")
         try:
             records = branches.read_records(share / vm.BRANCH_RECORDS, build_id)
         except UserError as e:  # the plugin wrote it for this kernel: a missing or cut file is the boot's failure

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kpgo import atomic, client, proc
+from kpgo import branches as elf
 from kpgo import sim as simulator
 from kpgo.errors import InfraError, UserError
 from kpgo.guest import contract
@@ -141,10 +142,21 @@ def run_command(kernel: Path, cmd: str, *, guest: Guest, log: Path, accel: str,
     return res
 
 
+def vmlinux_beside(kernel: Path) -> Path | None:
+    """The vmlinux of the build directory a kernel image lies in (BUILD/arch/x86/boot/bzImage, kbuild.image), whose
+    build id the booted guest must report; None for an image outside a build directory."""
+    kernel = kernel.resolve()
+    if kernel.parts[-4:-1] != ("arch", "x86", "boot"):
+        return None
+    vmlinux = kernel.parents[3] / "vmlinux"
+    return vmlinux if vmlinux.is_file() else None
+
+
 def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, log: Path, accel: str,
               sim: simulator.SimConfig | None = None, branches: simulator.BranchConfig | None = None) -> contract.Result:
     """Boot `kernel`, run the guest agent on `job` with `rundir` shared read-write, return its result
-    (result.json) with the host's side of the boot: the placement, and the simulator's windows.
+    (result.json) with the host's side of the boot: the placement, and the simulator's windows. The guest must have run
+    the kernel of `kernel`'s build directory (the build id of its vmlinux), or the boot fails.
 
     With `sim`, kpgo's QEMU plugin counts each measured run in its own window (the agent opens and
     closes it around the load steps; with the workload's `windows = "step"`, around each load step)
@@ -183,6 +195,11 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}{host_side}", f"console log: {log}")
     result = contract.Result.from_json(json.loads(result_file.read_text()))
     result.placement = placement.as_json()
+    beside = vmlinux_beside(kernel)
+    if beside is not None and result.build_id and result.build_id != (want_id := elf.build_id_of(beside)):
+        # every figure belongs to the build it is filed under: the guest names the kernel it ran (/sys/kernel/notes)
+        raise InfraError(f"the guest ran the kernel with build id {result.build_id}, not {beside}'s {want_id}",
+                         f"rebuild {beside.parent}: its bzImage does not hold its vmlinux")
     if not result.ok:
         # The tails of the failing step's output and of the server's log say why, in place.
         for text, tag in ((result.output_tail, "output"), (result.server_log_tail, "server")):

@@ -8,10 +8,16 @@
 cc=${KPGO_CC:-gcc}
 out=
 prev=
+incbin=
 for a in "$@"; do
   [ "$prev" = "-o" ] && out=$a
+  case $a in *.c|*.S) [ "$prev" != "-o" ] && grep -qs '\.incbin' "$a" && incbin=1 ;; esac
   prev=$a
 done
+# A source that pulls a file in with .incbin (the compressed kernel in arch/x86/boot/compressed/piggy.S, the config in
+# kernel/configs.c, the initramfs) is always compiled: ccache's depend mode does not see that file, and gave a bzImage
+# the kernel of an earlier build (tests/test_reuse.py).
+[ -n "$incbin" ] && exec "$cc" "$@"
 # ccache (4.7) refuses -fprofile-partial-training as an unknown -fprofile option, so such a compile goes through
 # KPGO_PT_CC, a compiler that adds the flag itself (its name and `-v` output give ccache another key: kbuild).
 if [ "${KPGO_REUSE:-}" = zero ] && [ -n "$out" ] && [ -e "${out%.o}.kpgo-zero" ]; then
