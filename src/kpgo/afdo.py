@@ -172,9 +172,8 @@ def make(inputs: Sequence[Path], out: Path, weights: Sequence[float] | None = No
     if len(ids) != 1:
         raise UserError("the branch profiles were recorded on different kernels (build ids " + ", ".join(sorted(map(str, ids))) + ")",
                         "merge the records of one training kernel")
-    vmlinux = Path(manifests[0]["vmlinux"])
-    build_id = manifests[0]["build_id"]
-    check_training(vmlinux, build_id)
+    vmlinux, build_id = branches.recorded_kernel(manifests[0], f"the branch profile {inputs[0]}")
+    check_training(vmlinux)
     for tool in (PROFGEN, PROFDATA):
         if proc.which(tool) is None:
             raise UserError(f"{tool} not found", f"apt-get install llvm-{LLVM} (or run `make setup`)")
@@ -217,15 +216,9 @@ def _version(tool: str) -> str:
     return m[1] if m else text.strip().splitlines()[0] if text.strip() else "?"
 
 
-def check_training(vmlinux: Path, build_id: str | None) -> None:
-    """The training kernel is there, is the one the records name, and has line tables (llvm-profgen attributes
-    samples to source lines; without them every sample is dropped)."""
-    from kpgo import branches
-
-    if not vmlinux.is_file():
-        raise UserError(f"the training kernel {vmlinux} the branch records were made on is gone", "record them again on a kernel that is kept")
-    if branches.build_id_of(vmlinux) != build_id:
-        raise UserError(f"{vmlinux} is not the kernel the branch records were made on (build id differs)", "record them again on this kernel")
+def check_training(vmlinux: Path) -> None:
+    """The training kernel has line tables (llvm-profgen attributes samples to source lines; without them every sample
+    is dropped)."""
     sections = proc.capture(["readelf", "-SW", str(vmlinux)], timeout=120)
     if ".debug_line" not in sections:
         raise UserError(f"{vmlinux} has no line tables, so its branch records cannot become a sample profile",

@@ -214,6 +214,21 @@ def build_id_of(path: Path) -> str:
     return bid
 
 
+def recorded_kernel(manifest: dict, what: str) -> tuple[Path, str]:
+    """The vmlinux a branch profile's manifest (profile.json) names and its build id: it must still be there and be
+    the kernel the records were made on. `what` names the profile in the one-line errors ("the call graph X")."""
+    candidates = [Path(str(manifest[k])) / tail for k, tail in (("vmlinux", ""), ("build_dir", "vmlinux")) if manifest.get(k)]
+    vmlinux = next((c for c in candidates if c.is_file()), None)
+    again = "record the branches again on a kernel that is kept (`kpgo collect BUILD_DIR --branches`)"
+    if vmlinux is None:
+        raise UserError(f"the kernel {what} was recorded on is gone ({candidates[0] if candidates else 'profile.json names none'})", again)
+    want = str(manifest.get("build_id") or "")
+    have = build_id_of(vmlinux)
+    if have != want:
+        raise UserError(f"{vmlinux} is not the kernel {what} was recorded on (build id {have}, the profile's {want or 'none'})", again)
+    return vmlinux, have
+
+
 # ---- the outputs ----
 
 def write_bolt(records: Records, out: Path) -> dict[str, int]:

@@ -167,16 +167,7 @@ def recording(path: Path) -> Recording:
     manifest = inputs.read_json(home / "profile.json", hint, branches.MANIFEST_SHAPE)
     if manifest.get("kind") != branches.PROFILE_KIND:
         raise UserError(f"{home} is not a branch profile (profile.json kind {manifest.get('kind')!r})", hint)
-    candidates = [Path(str(manifest[k])) / tail for k, tail in (("vmlinux", ""), ("build_dir", "vmlinux")) if manifest.get(k)]
-    vmlinux = next((c for c in candidates if c.is_file()), None)
-    if vmlinux is None:
-        raise UserError(f"the kernel the call graph {graph} was recorded on is gone ({candidates[0] if candidates else 'profile.json names none'})",
-                        "record the call graph again on a kernel that is still built")
-    want = str(manifest.get("build_id") or "")
-    have = branches.build_id_of(vmlinux)
-    if want and have != want:
-        raise UserError(f"{vmlinux} is not the kernel the call graph {graph} was recorded on (build id {have}, the profile's {want})",
-                        "record the call graph again on this kernel")
+    vmlinux, have = branches.recorded_kernel(manifest, f"the call graph {graph}")
     rec = home / branches.RECORDS_FILE
     return Recording(path, graph, vmlinux, rec if rec.is_file() else None, have)
 
