@@ -16,7 +16,7 @@ import pytest
 from conftest import assert_one_line_error, kpgo
 from kpgo import branches, variants
 from kpgo.errors import UserError
-from kpgo.kernel import bolt, source
+from kpgo.kernel import bolt, codesize, source
 
 DATA = Path(__file__).parent / "data"
 needs_gcc = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("readelf")), reason="needs gcc and binutils")
@@ -87,7 +87,7 @@ def branch_profile(tmp: Path, elf: Path, records_id: str | None = None, **manife
 
 BAD = [
     ("records of another vmlinux", {"records_id": "ab" * 20}, "belong to the binary with build id abab"),
-    ("profile of another vmlinux", {"records_id": "cd" * 20, "build_id": "cd" * 20}, "are for the kernel with build id cdcd"),
+    ("profile of another vmlinux", {"records_id": "cd" * 20, "build_id": "cd" * 20}, "the profile's cdcd"),
     ("kernel gone", {"vmlinux": "/nonexistent/vmlinux", "build_dir": "/nonexistent"}, "is gone"),
     ("not a branch profile", {"kind": "gcov"}, "is not a branch profile"),
 ]
@@ -295,14 +295,131 @@ def test_skip_patterns_escape_the_name() -> None:
     assert bolt.skip_pattern("foo.constprop.0") == r"foo\.constprop\.0(/.*)?"
 
 
-def test_a_config_with_boot_patch_lists_bolt_does_not_rewrite_is_refused() -> None:
-    """The server config's return thunks, retpolines and call-depth tracking each fill a list the kernel patches at
-    boot and BOLT 19 does not rewrite: refused after configuring, before anything is compiled; the tiny config passes."""
-    from kpgo.errors import UserError
-    from kpgo.kernel import bolt
+# ---- boot-time patch lists of whole instructions, written again for BOLT's code ----
 
-    bolt.check_config({"CONFIG_SMP": "y", "CONFIG_MITIGATION_RETHUNK": "n"}, "tiny")
-    with pytest.raises(UserError) as e:
-        bolt.check_config({"CONFIG_MITIGATION_RETHUNK": "y", "CONFIG_MITIGATION_CALL_DEPTH_TRACKING": "y"}, "server")
-    text = str(e.value)
-    assert "\n" not in text and ".return_sites" in text and ".call_sites" in text and "server" in text and ".retpoline_sites" not in text
+# A kernel in small: f returns through the return thunk, calls through a retpoline thunk and directly, starts with an
+# ENDBR; g likewise, and BOLT leaves it alone (jumps with 32-bit displacements, as the kernel's are). objtool's four
+# lists name those instructions. BOLT's f (POST_F) keeps its hot path in place and moves the cold one (the thunk call
+# and its return) into .bolt.text as f.cold.0.
+LISTS_HEAD = """
+	.globl f, g, h, __x86_return_thunk, __x86_indirect_thunk_rax
+	.text
+	.type f, @function
+f:
+"""
+PRE_F = """	endbr64
+r1:	call h
+	test %eax, %eax
+	jne 1f
+r2:	call __x86_indirect_thunk_rax
+r3:	{disp32} jmp __x86_return_thunk
+1:
+r4:	call h
+r5:	{disp32} jmp __x86_return_thunk
+"""
+POST_F = """	endbr64
+	call h
+	test %eax, %eax
+	je f.cold.0
+	call h
+	{disp32} jmp __x86_return_thunk
+"""
+LISTS_TAIL = """	.skip 64 - (. - f), 0xcc
+	.size f, . - f
+	.type g, @function
+g:	endbr64
+g1:	call h
+g2:	{disp32} jmp __x86_return_thunk
+	.size g, . - g
+	.type h, @function
+h:	ret
+	.size h, . - h
+	.type __x86_return_thunk, @function
+__x86_return_thunk: ret
+	int3
+	.size __x86_return_thunk, . - __x86_return_thunk
+	.type __x86_indirect_thunk_rax, @function
+__x86_indirect_thunk_rax: jmp *%rax
+	.size __x86_indirect_thunk_rax, . - __x86_indirect_thunk_rax
+	.section .bolt.text, "ax"
+"""
+PRE_COLD = "	.skip 32, 0xcc\n"
+POST_COLD = """	.type f.cold.0, @function
+f.cold.0:
+	call __x86_indirect_thunk_rax
+	{disp32} jmp __x86_return_thunk
+	.size f.cold.0, . - f.cold.0
+	.skip 32 - (. - f.cold.0), 0xcc
+"""
+PRE_LISTS = """	.section .return_sites, "a"
+	.long r3 - ., r5 - ., g2 - .
+	.section .retpoline_sites, "a"
+	.long r2 - .
+	.section .call_sites, "a"
+	.long r1 - ., r4 - ., g1 - .
+	.section .ibt_endbr_seal, "a"
+	.long f - ., g - .
+"""
+POST_LISTS = PRE_LISTS.replace("r1", "f").replace("r2", "f").replace("r3", "f").replace("r4", "f").replace("r5", "f")
+
+
+def link(tmp: Path, name: str, text: str) -> Path:
+    src, obj, elf = tmp / f"{name}.S", tmp / f"{name}.o", tmp / name
+    src.write_text(text)
+    subprocess.run(["gcc", "-c", "-o", obj, src], check=True)
+    subprocess.run(["ld", "-e", "f", "-Ttext=0x401000", "--section-start=.bolt.text=0x408000", "-o", elf, obj], check=True)
+    return elf
+
+
+def bolted(tmp: Path, pre: Path, f_text: str = POST_F) -> Path:
+    """BOLT's output of `pre`: f rewritten (its code `f_text`, in place and in .bolt.text), the lists as they were."""
+    post = link(tmp, "post", LISTS_HEAD + f_text + LISTS_TAIL + POST_COLD + POST_LISTS)
+    a, b = bolt._Elf(pre), bolt._Elf(post)
+    data = bytearray(b.data)
+    for name in bolt.PATCH_LISTS:  # BOLT copies the lists unchanged
+        (addr, off, size), (addr2, off2, size2) = a.sections[name], b.sections[name]
+        assert (addr, size) == (addr2, size2)
+        data[off2:off2 + size2] = a.data[off:off + size]
+    post.write_bytes(bytes(data))
+    return post
+
+
+@pytest.fixture
+def lists_pre(tmp_path: Path) -> Path:
+    return link(tmp_path, "pre", LISTS_HEAD + PRE_F + LISTS_TAIL + PRE_COLD + PRE_LISTS)
+
+
+def addr_of(elf: Path, name: str) -> int:
+    return next(f.address for f in codesize.symbols(elf).functions if f.name == name)
+
+
+@needs_gcc
+def test_patch_lists_are_written_again_for_the_code_bolt_moved(lists_pre: Path, tmp_path: Path) -> None:
+    pre = lists_pre
+    assert bolt.check_lists(bolt._Elf(pre)) == {n: {"entries": e, "valid": e} for n, e in
+                                                ((".return_sites", 3), (".retpoline_sites", 1), (".call_sites", 3), (".ibt_endbr_seal", 2))}
+    post = bolted(tmp_path, pre)
+    stale = bolt.check_lists(bolt._Elf(post))
+    assert stale[".return_sites"]["valid"] < 3 and stale[".retpoline_sites"]["valid"] == 0  # what BOLT 19 leaves
+    skip = tmp_path / "skip"
+    assert bolt._main(["sites", str(pre), str(post), str(skip)]) == 0
+    assert bolt.check_lists(bolt._Elf(post)) == bolt.check_lists(bolt._Elf(pre))
+    lists = bolt.patch_lists(bolt._Elf(post))
+    cold, f, g = addr_of(post, "f.cold.0"), addr_of(post, "f"), addr_of(post, "g")
+    assert lists[".retpoline_sites"] == [cold]  # the thunk call BOLT moved out
+    assert sorted(lists[".return_sites"]) == sorted([f + 4 + 5 + 2 + 6 + 5, cold + 5, g + 4 + 5])  # g's stays as it was
+    assert lists[".ibt_endbr_seal"] == [f, g] and bolt.patch_lists(bolt._Elf(pre))[".call_sites"][2] == lists[".call_sites"][2]
+    assert not skip.exists() or skip.read_text() == ""
+
+
+@needs_gcc
+def test_a_function_whose_listed_instructions_bolt_changed_is_skipped(lists_pre: Path, tmp_path: Path) -> None:
+    """BOLT's f calls h three times where it called it twice: which call is which entry? f is left to BOLT's skip
+    list, and BOLT runs again."""
+    post = bolted(tmp_path, lists_pre, POST_F.replace("\tcall h\n", "\tcall h\n\tcall h\n", 1))
+    rw = bolt.rewrite_lists(lists_pre, post)
+    assert list(rw.unmatched) == ["f"] and "3 call instructions" in rw.unmatched["f"]
+    skip = tmp_path / "skip"
+    assert bolt._main(["sites", str(lists_pre), str(post), str(skip)]) == bolt.EXIT_SKIP_MORE
+    assert skip.read_text() == "f(/.*)?\n"
+    assert bolt._main(["sites", str(lists_pre), str(post), str(skip)]) == 1  # skipped, yet changed: BOLT did not obey

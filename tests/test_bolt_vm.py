@@ -25,12 +25,19 @@ def collected(build: Path, out: Path) -> dict:
     return order_collected(build, out, MICRO)
 
 
-def test_a_bolted_tiny_kernel_builds_boots_and_runs_micro(test_dir: Path) -> None:
-    d = test_dir / "bolt"
-    res = kpgo("build", "--base", "tiny", "-o", d / "vanilla", timeout=3600)
+MITIGATIONS = Path(__file__).parent / "data" / "mitigations.config"
+
+
+@pytest.mark.parametrize("config", ["tiny", "tiny+mitigations"])
+def test_a_bolted_tiny_kernel_builds_boots_and_runs_micro(config: str, test_dir: Path) -> None:
+    """With the server config's mitigations too: their lists of returns, retpoline calls and direct calls the kernel
+    patches at boot, which BOLT 19 leaves as they were, written again by kpgo for BOLT's code, every entry read back."""
+    d = test_dir / "bolt" / config
+    base = ("--base", "tiny", *(("--fragment", MITIGATIONS) if "mitigations" in config else ()))
+    res = kpgo("build", *base, "-o", d / "vanilla", timeout=3600)
     assert res.returncode == 0, res.stderr[-3000:]
     collected(d / "vanilla", d / "br-vanilla")
-    res = kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d / "br-vanilla", "-o", d / "bolt", timeout=3600)
+    res = kpgo("build", *base, "--variant", "bolt", "--branches", d / "br-vanilla", "-o", d / "bolt", timeout=3600)
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((d / "bolt" / "build.json").read_text())
     b = m["bolt"]
@@ -39,6 +46,11 @@ def test_a_bolted_tiny_kernel_builds_boots_and_runs_micro(test_dir: Path) -> Non
     assert rep["linux_kernel"] and rep["functions_profiled"] > 1000 and rep["functions_reordered"] > 500
     assert rep["cold_bytes_moved"] > 0 and rep["dyno_after"]["taken branches"] < rep["dyno_before"]["taken branches"]
     assert b["build_id"] != b["build_id_pre_bolt"] and "BOLT:" in res.stdout
+    lists = b["patch_lists"]
+    assert all(c["valid"] == c["entries"] for c in lists.values()) and ".ibt_endbr_seal" in lists
+    if "mitigations" in config:
+        assert {".return_sites", ".retpoline_sites", ".call_sites"} <= set(lists) and lists[".return_sites"]["entries"] > 1000
+        assert lists[".return_sites"]["moved"] > 0 and lists[".call_sites"]["moved"] > 0  # in the functions BOLT rewrote
     # the BOLTed kernel boots and runs micro; the guest names the kernel it runs: BOLT's vmlinux
     after = collected(d / "bolt", d / "br-bolt")
     assert after["guest_build_id"] == b["build_id"] and after["throughput"] > 0

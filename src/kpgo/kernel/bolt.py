@@ -13,7 +13,10 @@ What BOLT needs from a 6.12 build, and how kpgo gives it (kernel/bolt/bolt.patch
   adds empty ones to BOLT's input;
 - BOLT's hands off the x86 runtime constants (runtime_ptr_*/runtime_shift_* sections, patched at boot), which BOLT
   19 does not rewrite: the step compares BOLT's output with its input and runs BOLT again without the functions whose
-  sites it changed (the tiny kernel died in ___d_drop, where the kernel wrote a pointer into the moved code).
+  sites it changed (the tiny kernel died in ___d_drop, where the kernel wrote a pointer into the moved code);
+- the lists of whole instructions the kernel patches at boot (returns under RETHUNK, retpoline calls, direct calls
+  under call-depth tracking, ENDBRs to seal under IBT), which BOLT 19 leaves pointing into the code it rewrote: kpgo
+  finds each listed instruction again in BOLT's code and writes the lists again (PATCH_LISTS, rewrite_lists).
 BOLT 19 turns its relocation mode off for the Linux kernel ("disabling relocation mode for Linux kernel"), and
 without it refuses -reorder-functions ("function reordering only works when relocations are enabled"): it keeps
 every function where it is. Function order on the kernel is kpgo.kernel.order's (variants order, pgo-order).
@@ -32,6 +35,7 @@ API
     write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
     report(log) -> dict                     BOLT's own figures from its output
     moved_sites(pre, post) -> list          runtime-constant sites whose code BOLT changed (`python -m kpgo.kernel.bolt sites`)
+    rewrite_lists(pre, post) -> ListsRewrite where BOLT put the instructions of the boot-time patch lists
     check(out, ...) -> dict                 build.json's "bolt"; enforce() fails the build below the thresholds
 """
 
@@ -67,7 +71,7 @@ PREAGG = "bolt.preagg"  # the records as BOLT's pre-aggregated profile, branches
 PERF2BOLT_LOG = "perf2bolt.log"
 LOG = "bolt.log"  # llvm-bolt's output
 PRE_BOLT = "vmlinux.pre-bolt"  # the linked kernel as BOLT got it
-VERSION = 2  # of the options and the step: part of the build key
+VERSION = 3  # of the options and the step: part of the build key
 # BOLT's options. Its Linux guide's set: blocks by ext-tsp, hot/cold splitting (into the reserved room), no
 # unreachable-code elimination or conditional tail calls (code the kernel patches at run time must stay), and the
 # entry text left alone (its symbols mark addresses the kernel computes with).
@@ -95,23 +99,6 @@ RUNTIME_CONST_PREFIXES = {"runtime_ptr_": 8, "runtime_shift_": 1}  # section pre
 SKIP_FILE = "bolt-skip-funcs"  # in the build directory: regexes of the functions BOLT must leave alone
 PASSES = 3  # BOLT runs at most this often: every pass may only add functions to SKIP_FILE
 EXIT_SKIP_MORE = 3  # `python -m kpgo.kernel.bolt sites`: functions added, run BOLT again
-
-
-# Boot-time patch lists BOLT 19 does not rewrite, and that list a site in nearly every function (every return under
-# RETHUNK, every indirect call under RETPOLINE, every direct call under call-depth tracking): skipping the functions
-# whose sites BOLT moves, as kpgo does for the runtime constants, would leave BOLT nothing. Until kpgo rewrites these
-# lists itself, a config with them is refused before anything is built (docs/LAYOUT.md, "BOLT").
-UNREWRITTEN = {"CONFIG_MITIGATION_RETHUNK": ".return_sites", "CONFIG_MITIGATION_RETPOLINE": ".retpoline_sites",
-               "CONFIG_MITIGATION_CALL_DEPTH_TRACKING": ".call_sites"}
-
-
-def check_config(config: dict[str, str], name: str) -> None:
-    """A UserError when the configured kernel fills a patch list BOLT 19 does not rewrite (UNREWRITTEN)."""
-    on = [k for k in UNREWRITTEN if config.get(k) == "y"]
-    if on:
-        raise UserError(f"BOLT 19 cannot rewrite the {name} config's kernel: {', '.join(on)} fill {', '.join(UNREWRITTEN[k] for k in on)}, "
-                        "which the kernel patches at boot and BOLT leaves pointing at moved code",
-                        "build the BOLT variants from a config without them (docs/LAYOUT.md, \"BOLT\"), e.g. the tiny one")
 
 
 def tools_missing() -> list[str]:
@@ -145,16 +132,7 @@ def recording(path: Path) -> Recording:
     if not path.is_dir():
         raise UserError(f"branch profile {path} not found" if not path.exists() else f"{path} is not a branch profile directory", hint)
     info = branches.read_profile(path)  # the records against the manifest's build id; every file present
-    candidates = [Path(str(info[k])) / tail for k, tail in (("vmlinux", ""), ("build_dir", "vmlinux")) if info.get(k)]
-    vmlinux = next((c for c in candidates if c.is_file()), None)
-    if vmlinux is None:
-        raise UserError(f"the kernel the branch profile {path} was recorded on is gone ({candidates[0] if candidates else 'profile.json names none'})",
-                        "record the branches again on a kernel that is still built")
-    want = str(info.get("build_id") or "")
-    have = branches.build_id_of(vmlinux)
-    if have != want:
-        raise UserError(f"the branch records in {path} are for the kernel with build id {want or '(none)'}, and {vmlinux} has {have}",
-                        "record the branches again on that kernel (`kpgo collect BUILD_DIR --branches`)")
+    vmlinux, have = branches.recorded_kernel(info, f"the branch profile {path}")
     if info.get("records", {}).get("side") != "kernel":
         raise UserError(f"the branch profile {path} holds user-space branches, not the kernel's", hint)
     return Recording(path, path / branches.BOLT_FILE, vmlinux, have)
@@ -302,7 +280,8 @@ if ! readelf -SW "$in" | grep -q ' __ksymtab_gpl '; then
 	in={out}/vmlinux.bolt-in
 fi
 # BOLT 19 does not rewrite the runtime-constant sites: functions holding one that BOLT changed are skipped, and BOLT
-# runs again (kpgo.kernel.bolt.RUNTIME_CONST_PREFIXES).
+# runs again (kpgo.kernel.bolt.RUNTIME_CONST_PREFIXES); nor the lists of returns, retpoline calls, direct calls and
+# ENDBRs patched at boot: kpgo writes them again for BOLT's code (PATCH_LISTS), or skips what it cannot find again.
 : > {out}/{SKIP_FILE}
 pass=1
 while :; do
@@ -370,6 +349,20 @@ class _Elf:
         return b""
 
 
+class _Functions:
+    """The sized function symbols of an ELF file, by address."""
+
+    def __init__(self, elf: Path) -> None:
+        self.fns = sorted((f.address, f.end, f.name) for f in codesize.symbols(elf).functions if f.size)
+        self.starts = [f[0] for f in self.fns]
+
+    def holding(self, address: int) -> tuple[int, int, str] | None:
+        """(start, end, name) of the function holding `address`: the last symbol starting at or before it that also ends
+        after it (aliases and sizeless neighbours); None outside every function."""
+        i = bisect.bisect_right(self.starts, address)
+        return next((f for f in reversed(self.fns[max(i - 8, 0) : i]) if address < f[1]), None)
+
+
 def runtime_const_sites(elf: _Elf) -> list[Site]:
     """Every runtime-constant site the kernel in `elf` patches at boot (RUNTIME_CONST_PREFIXES)."""
     out = []
@@ -385,13 +378,10 @@ def moved_sites(pre: Path, post: Path) -> list[tuple[Site, str]]:
     holding each ("" outside any): a site is intact when every byte from its function's start through the site is
     the same in both, so the same instruction is at the same address (BOLT does not rewrite those sections)."""
     a, b = _Elf(pre), _Elf(post)
-    fns = sorted((f.address, f.end, f.name) for f in codesize.symbols(pre).functions if f.size)
-    starts = [f[0] for f in fns]
+    fns = _Functions(pre)
     out = []
     for s in runtime_const_sites(a):
-        i = bisect.bisect_right(starts, s.address)
-        # the last symbol starting at or before the site that also ends after it (aliases and sizeless neighbours)
-        start, name = next(((f[0], f[2]) for f in reversed(fns[max(i - 8, 0) : i]) if s.address < f[1]), (s.address, ""))
+        start, _end, name = fns.holding(s.address) or (s.address, 0, "")
         n = s.address + s.width - start
         if not a.at(start, n) or a.at(start, n) != b.at(start, n):
             out.append((s, name))
@@ -404,33 +394,215 @@ def skip_pattern(function: str) -> str:
     return re.escape(function) + "(/.*)?"
 
 
-def skip_more(pre: Path, post: Path, skip_file: Path) -> tuple[list[tuple[Site, str]], list[str]]:
-    """The sites BOLT's output `post` moved, and the functions holding them that `skip_file` did not name yet (added)."""
-    moved = moved_sites(pre, post)
+def skip_more(skip_file: Path, functions: set[str]) -> list[str]:
+    """Add to `skip_file` the functions it does not name yet; return those."""
     have = set(skip_file.read_text().split()) if skip_file.is_file() else set()
-    new = sorted({name for _, name in moved if name and skip_pattern(name) not in have})
+    new = sorted(n for n in functions if n and skip_pattern(n) not in have)
     if new:
         with skip_file.open("a") as f:
             f.write("".join(skip_pattern(n) + "\n" for n in new))
-    return moved, new
+    return new
+
+
+# ---- boot-time patch lists of whole instructions, written again for BOLT's output ----
+
+# objtool lists, for the kernel to patch at boot, every return through the return thunk (MITIGATION_RETHUNK), every
+# call or jump through a retpoline thunk (MITIGATION_RETPOLINE), every direct call (MITIGATION_CALL_DEPTH_TRACKING)
+# and every ENDBR it seals (X86_KERNEL_IBT): each entry a 32-bit offset from itself to the instruction. BOLT 19 leaves
+# the lists as they were, pointing into code it rewrote. For each function BOLT rewrote, kpgo finds the same
+# instructions (kind and target) in its new code, the part left in place and the cold part BOLT moved into the room
+# at the end of the text (NAME.cold.N), and writes their addresses into the lists. A function whose new code holds
+# another number of them than its old code (or whose listed ones are not all of their kind) is left to BOLT's skip
+# list, as for the runtime constants. check() then reads every entry of the final lists.
+PATCH_LISTS = (".return_sites", ".retpoline_sites", ".call_sites", ".ibt_endbr_seal")
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+_COLD = re.compile(r"(.+)\.cold\.\d+$")  # BOLT's name for the part of a function it moved
+
+
+def _insn(elf: _Elf, address: int) -> tuple[str, int] | None:
+    """The patchable instruction at `address`: ("call" | "jmp" | "jcc", target) for a branch with a 32-bit
+    displacement, ("endbr", 0) for an ENDBR64; None for anything else."""
+    op = elf.at(address, 2)
+    if op[:1] in (b"\xe8", b"\xe9"):
+        d = elf.at(address + 1, 4)
+        return ("call" if op[0] == 0xE8 else "jmp", address + 5 + struct.unpack("<i", d)[0]) if d else None
+    if op[:1] == b"\x0f" and 0x80 <= op[1] <= 0x8F:
+        d = elf.at(address + 2, 4)
+        return ("jcc", address + 6 + struct.unpack("<i", d)[0]) if d else None
+    return ("endbr", 0) if elf.at(address, 4) == ENDBR64 else None
+
+
+def patch_lists(elf: _Elf) -> dict[str, list[int]]:
+    """The instruction addresses each of the kernel's boot-time patch lists (PATCH_LISTS) names, in entry order."""
+    out = {}
+    for name in PATCH_LISTS:
+        if name in elf.sections:
+            addr, off, size = elf.sections[name]
+            n = size // 4
+            out[name] = [addr + 4 * i + d for i, d in enumerate(struct.unpack_from(f"<{n}i", elf.data, off))]
+    return out
+
+
+def _instructions(elf: Path, keep: list[tuple[int, int]]) -> list[int]:
+    """The addresses of the calls, jumps and ENDBRs `objdump -d` finds in `elf` inside the sorted ranges `keep`."""
+    starts = [a for a, _ in keep]
+    found: list[int] = []
+
+    def line(text: str) -> None:
+        head = text.partition(":\t")[0]  # an instruction line: "ffffffff81000000:\tcall ..."
+        try:
+            a = int(head, 16)
+        except ValueError:
+            return
+        i = bisect.bisect_right(starts, a) - 1
+        if i >= 0 and a < keep[i][1]:
+            found.append(a)
+
+    # only branches and ENDBRs can be listed: grep keeps the lines of the mnemonics that start with call, j or endbr
+    # (a twentieth of the kernel's instructions), so Python reads those, not every line
+    cmd = f"set -o pipefail; objdump -d --no-show-raw-insn {shlex.quote(str(elf))} | {{ LC_ALL=C grep -P ':\\t(call|j|endbr)'; [ $? -le 1 ]; }}"
+    proc.run(["bash", "-c", cmd], on_line=line, keep_output=False, what=f"objdump of {elf}")
+    return sorted(found)
+
+
+@dataclass
+class ListsRewrite:
+    lists: dict[str, list[int]]  # list section -> the instruction addresses it must name in BOLT's output
+    moved: int  # entries whose instruction BOLT moved
+    unmatched: dict[str, str]  # function -> why its listed instructions were not found again in BOLT's output
+
+
+def rewrite_lists(pre: Path, post: Path) -> ListsRewrite:
+    """Where the instructions of `pre`'s patch lists are in BOLT's output `post`."""
+    a, b = _Elf(pre), _Elf(post)
+    old = patch_lists(a)
+    fns = _Functions(pre)
+    changed: dict[int, tuple[int, int, str]] = {}  # start -> function, for those BOLT rewrote that hold a listed site
+    listed: dict[int, list[tuple[str, int]]] = {}  # start -> (list, entry) of its sites
+    unmatched: dict[str, str] = {}
+    for name, sites in old.items():
+        for i, s in enumerate(sites):
+            f = fns.holding(s)
+            if f is None or a.at(f[0], f[1] - f[0]) == b.at(f[0], f[1] - f[0]):
+                continue  # not in a function, or in one BOLT left as it was: the entry holds
+            changed[f[0]] = f
+            listed.setdefault(f[0], []).append((name, i))
+    new = {name: list(sites) for name, sites in old.items()}
+    if not changed:
+        return ListsRewrite(new, 0, unmatched)
+    # each rewritten function's code before (its range) and after (the range, and its parts BOLT moved out)
+    by_name: dict[str, list[int]] = {}
+    for start, (_s, _e, fname) in changed.items():
+        by_name.setdefault(fname, []).append(start)
+    cold: dict[int, list[tuple[int, int]]] = {}
+    for sym in codesize.symbols(post).functions:
+        m = _COLD.match(sym.name)
+        if m and sym.size and m.group(1) in by_name:
+            owners = by_name[m.group(1)]
+            if len(owners) > 1:  # two rewritten functions of one name: whose part is it?
+                unmatched[m.group(1)] = "more than one function of this name, and BOLT moved a part of one"
+            cold.setdefault(owners[0], []).append((sym.address, sym.end))
+    ranges = sorted([(s, e) for s, e, _ in changed.values()])
+    before = _instructions(pre, ranges)
+    after = _instructions(post, sorted(ranges + [r for rs in cold.values() for r in rs]))
+    ranges_after = {start: [(start, f[1]), *cold.get(start, [])] for start, f in changed.items()}
+
+    def kinds(elf: _Elf, addrs: list[int], spans: list[tuple[int, int]]) -> dict[tuple[str, int], list[int]]:
+        out: dict[tuple[str, int], list[int]] = {}
+        for x in addrs:
+            if any(lo <= x < hi for lo, hi in spans) and (k := _insn(elf, x)) is not None:
+                out.setdefault(k, []).append(x)
+        return out
+
+    moved = 0
+    for start, f in sorted(changed.items()):
+        if f[2] in unmatched:
+            continue
+        lo, hi = bisect.bisect_left(before, f[0]), bisect.bisect_left(before, f[1])
+        was = kinds(a, before[lo:hi], [(f[0], f[1])])
+        now = kinds(b, [x for lo2, hi2 in ranges_after[start] for x in after[bisect.bisect_left(after, lo2):bisect.bisect_left(after, hi2)]],
+                    ranges_after[start])
+        plan: list[tuple[str, list[int], list[int]]] = []  # list, its entries, the new addresses, per kind
+        entries: dict[tuple[str, tuple[str, int]], list[int]] = {}
+        why = ""
+        for name, i in listed[start]:
+            k = _insn(a, old[name][i])
+            if k is None:
+                why = f"{name} names {old[name][i]:#x}, which holds no call, jump or ENDBR"
+                break
+            entries.setdefault((name, k), []).append(i)
+        for (name, k), idx in entries.items() if not why else ():
+            if len(idx) != len(was.get(k, [])):
+                why = f"{name} lists {len(idx)} of its {len(was.get(k, []))} {k[0]} instructions to {k[1]:#x}"
+            elif len(now.get(k, [])) != len(idx):
+                why = f"BOLT's code has {len(now.get(k, []))} {k[0]} instructions to {k[1]:#x} where it had {len(idx)}"
+            if why:
+                break
+            plan.append((name, idx, now[k]))
+        if why:
+            unmatched[f[2]] = why
+            continue
+        for name, idx, addrs in plan:
+            for i, x in zip(idx, addrs):
+                moved += new[name][i] != x
+                new[name][i] = x
+    return ListsRewrite(new, moved, unmatched)
+
+
+def write_lists(post: Path, lists: dict[str, list[int]]) -> None:
+    """Write the patch lists into the ELF file `post` (each entry the offset from itself to its instruction)."""
+    elf = _Elf(post)
+    with open(post, "r+b") as f:
+        for name, sites in lists.items():
+            addr, off, size = elf.sections[name]
+            assert size // 4 == len(sites), name
+            f.seek(off)
+            f.write(struct.pack(f"<{len(sites)}i", *(s - (addr + 4 * i) for i, s in enumerate(sites))))
+
+
+def check_lists(elf: _Elf) -> dict[str, dict[str, int]]:
+    """Every entry of the kernel's patch lists read back: per list, its entries and those that name an instruction
+    of the list's kind (a return through the return thunk, a call or jump through a retpoline thunk, a direct call,
+    an ENDBR64)."""
+    syms = {f.address: f.name for f in codesize.symbols(elf.path).functions}
+    ok_kind = {".return_sites": lambda k: k[0] == "jmp" and syms.get(k[1]) == "__x86_return_thunk",
+               ".retpoline_sites": lambda k: k[0] in ("call", "jmp", "jcc") and syms.get(k[1], "").startswith("__x86_indirect_thunk_"),
+               ".call_sites": lambda k: k[0] == "call",
+               ".ibt_endbr_seal": lambda k: k[0] == "endbr"}
+    out = {}
+    for name, sites in patch_lists(elf).items():
+        good = sum(1 for s in sites if (k := _insn(elf, s)) is not None and ok_kind[name](k))
+        out[name] = {"entries": len(sites), "valid": good}
+    return out
 
 
 def _main(argv: list[str]) -> int:
     """`python -m kpgo.kernel.bolt sites PRE POST SKIP_FILE`, run by the step after each BOLT pass: 0 when every
-    runtime-constant site is intact, EXIT_SKIP_MORE when functions were added to SKIP_FILE, 1 when sites moved in
-    functions BOLT was already told to skip."""
+    runtime-constant site is intact and the patch lists were written again into POST, EXIT_SKIP_MORE when functions
+    were added to SKIP_FILE (BOLT runs again), 1 when functions BOLT was told to skip still changed."""
     if len(argv) != 4 or argv[0] != "sites":
         print("usage: python -m kpgo.kernel.bolt sites PRE_BOLT_VMLINUX BOLTED_VMLINUX SKIP_FILE", file=sys.stderr)
         return 2
     pre, post, skip_file = (Path(a) for a in argv[1:])
-    moved, new = skip_more(pre, post, skip_file)
+    moved = moved_sites(pre, post)
     total = len(runtime_const_sites(_Elf(pre)))
-    if not moved:
-        print(f"kpgo: all {total} runtime-constant sites intact after BOLT")
-        return 0
-    print(f"kpgo: BOLT moved {len(moved)} of {total} runtime-constant sites, in {', '.join(sorted({n or hex(s.address) for s, n in moved}))}"
-          + (f"; skipping {len(new)} more functions" if new else "; they are skipped already"))
-    return EXIT_SKIP_MORE if new else 1
+    if moved:
+        new = skip_more(skip_file, {n for _, n in moved})
+        print(f"kpgo: BOLT moved {len(moved)} of {total} runtime-constant sites, in {', '.join(sorted({n or hex(s.address) for s, n in moved}))}"
+              + (f"; skipping {len(new)} more functions" if new else "; they are skipped already"))
+        return EXIT_SKIP_MORE if new else 1
+    print(f"kpgo: all {total} runtime-constant sites intact after BOLT")
+    lists = rewrite_lists(pre, post)
+    if lists.unmatched:
+        new = skip_more(skip_file, set(lists.unmatched))
+        first = next(iter(lists.unmatched.items()))
+        print(f"kpgo: the patch-list instructions of {len(lists.unmatched)} functions BOLT rewrote were not found again "
+              f"(first: {first[0]}: {first[1]})" + (f"; skipping {len(new)} more functions" if new else "; they are skipped already"))
+        return EXIT_SKIP_MORE if new else 1
+    write_lists(post, lists.lists)
+    print(f"kpgo: patch lists written again: {lists.moved} of {sum(map(len, lists.lists.values()))} entries moved "
+          f"({', '.join(f'{n} {len(s)}' for n, s in lists.lists.items()) or 'none in this kernel'})")
+    return 0
 
 
 # ---- after the build: BOLT's report and the proof ----
@@ -499,6 +671,14 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
     if moved:
         where = moved[0][1] or hex(moved[0][0].address)
         problems.append(f"BOLT changed the code of {len(moved)} runtime-constant sites the kernel patches at boot (in {where})")
+    lists = check_lists(_Elf(out / "vmlinux"))
+    before, after = patch_lists(_Elf(out / PRE_BOLT)), patch_lists(_Elf(out / "vmlinux"))
+    for name, counts in lists.items():  # the entries kpgo pointed at BOLT's new code
+        counts["moved"] = sum(x != y for x, y in zip(before.get(name, []), after[name]))
+    bad = {n: c["entries"] - c["valid"] for n, c in lists.items() if c["valid"] < c["entries"]}
+    if bad:
+        name, n = next(iter(bad.items()))
+        problems.append(f"{n} entries of {name} (patched at boot) name no instruction of their kind in BOLT's output")
     skip = out / SKIP_FILE
     skipped = [ln.removesuffix("(/.*)?").replace("\\", "") for ln in skip.read_text().split()] if skip.is_file() else []
     passes = re.search(r"kpgo: BOLT passes: (\d+)", log.read_text(errors="replace"))
@@ -510,6 +690,8 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
         # BOLT 19 does not rewrite them: the functions holding one it changed are left alone (SKIP_FILE)
         "runtime_const": {"sites": len(runtime_const_sites(_Elf(out / PRE_BOLT))), "moved": len(moved), "functions_skipped": skipped,
                           "bolt_passes": int(passes.group(1)) if passes else None},
+        # the lists of whole instructions kpgo wrote again (PATCH_LISTS), read back: entries, and those of their kind
+        "patch_lists": lists,
     }
 
 
@@ -526,8 +708,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
              f"{rep['hot_bytes'] + rep['cold_bytes_moved']:,}"]
     rc = record.get("runtime_const") or {}
     if rc.get("functions_skipped"):
-        lines.append(f"BOLT: {len(rc['functions_skipped'])} functions left alone, whose runtime-constant sites (patched at boot) BOLT "
+        lines.append(f"BOLT: {len(rc['functions_skipped'])} functions left alone, whose boot-time patch sites BOLT "
                      f"would move: {', '.join(rc['functions_skipped'][:8])}{' ...' if len(rc['functions_skipped']) > 8 else ''}")
+    if record.get("patch_lists"):
+        lines.append("BOLT: boot-time patch lists written again for BOLT's code: " + ", ".join(
+            f"{n} {c['valid']:,} of {c['entries']:,} valid, {c.get('moved', 0):,} moved" for n, c in record["patch_lists"].items()))
     lines.append(f"BOLT: build id {record['build_id_pre_bolt']} -> {record['build_id']} (the BOLTed vmlinux in the bzImage)")
     dyno0, dyno = rep.get("dyno_before", {}), rep.get("dyno_after", {})
     if dyno0.get("taken branches") and dyno.get("taken branches") is not None:

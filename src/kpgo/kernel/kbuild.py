@@ -360,8 +360,6 @@ def _build(req: BuildRequest) -> dict:
     added = f"; and {' '.join(req.kcflags)}" if req.kcflags else ""  # partial training, --hot-share's, --kcflags
     say(f"build {name}: configuring {req.config.name} in {out} (log: {log}; {req.variant.summary()}{added})")
     config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
-    if req.variant.bolt:  # before compiling: a kernel BOLT 19 would leave unbootable is refused
-        bolt.check_config(config, req.config.name)
     t_config = time.monotonic() - t0
 
     installed, zero = (_install_profile(req.profile, out) if not req.variant.autofdo else afdo.install(req.profile, out)) if req.profile else (0, 0)
