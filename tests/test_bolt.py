@@ -115,7 +115,7 @@ def test_a_truncated_records_file_is_one_line(tmp_path: Path, small_elf: Path) -
 @needs_gcc
 def test_the_wrong_variant_or_no_branches(tmp_path: Path, small_elf: Path) -> None:
     d = branch_profile(tmp_path, small_elf)
-    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--dry-run"), 1, "none were given")
+    assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--dry-run"), 1, "none was given")
     assert_one_line_error(kpgo("build", "--base", "tiny", "--branches", d, "--dry-run"), 1, "--branches is only for")
     assert_one_line_error(kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", tmp_path / "nope", "--dry-run"), 1, "not found")
     with pytest.raises(UserError, match="has a blank, quote"):

@@ -5,41 +5,15 @@
  * symbol, as vmlinux has): the two differ by a constant offset, so the user run's branch records, shifted, are
  * the records of the kernel-linked file, a vmlinux-like ELF to check the kernel form of the outputs with.
  */
-#define NOINLINE __attribute__((noinline, noclone, used))
+#include "branch_hot.h"
 
 __asm__(".text\n"
         ".globl _text\n"
         "_text:\n");
 
-volatile unsigned long sink;
-
-NOINLINE unsigned long hot_fn(unsigned long x)
-{
-    unsigned long acc = x;
-    for (int k = 0; k < 16; k++) {
-        acc = acc * 6364136223846793005UL + (acc >> 7);
-        __asm__ __volatile__("" : "+r"(acc));
-    }
-    return acc;
-}
-
-NOINLINE unsigned long cold_fn(unsigned long x)
-{
-    return x ^ (x >> 3);
-}
-
 NOINLINE void run(unsigned long n)
 {
-    unsigned long acc = 0;
-    __asm__ __volatile__("nopl 0x6b706701(%%rax)" ::: "memory");
-    for (unsigned long i = 0; i < n; i++) {
-        acc += hot_fn(i);
-        if (i % 1000 == 0) {
-            acc += cold_fn(i);
-        }
-    }
-    __asm__ __volatile__("nopl 0x6b706702(%%rax)" ::: "memory");
-    sink = acc;
+    HOT_CALLS(n);
 }
 
 void _start(void)

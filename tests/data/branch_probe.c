@@ -13,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OPEN() __asm__ __volatile__("nopl 0x6b706701(%%rax)" ::: "memory")
-#define CLOSE() __asm__ __volatile__("nopl 0x6b706702(%%rax)" ::: "memory")
-#define NOINLINE __attribute__((noinline, noclone))
+#include "branch_hot.h"
 
 static void loop(unsigned long n)
 {
@@ -31,7 +29,6 @@ static void loop(unsigned long n)
                          : "rax", "rcx", "cc", "memory");
 }
 
-volatile unsigned long sink;
 
 NOINLINE void chain_c(unsigned long i)
 {
@@ -90,33 +87,9 @@ static void many(unsigned long n)
                          : "rcx", "cc", "memory");
 }
 
-NOINLINE unsigned long hot_fn(unsigned long x)
-{
-    unsigned long acc = x;
-    for (int k = 0; k < 16; k++) {
-        acc = acc * 6364136223846793005UL + (acc >> 7);
-        __asm__ __volatile__("" : "+r"(acc));
-    }
-    return acc;
-}
-
-NOINLINE unsigned long cold_fn(unsigned long x)
-{
-    return x ^ (x >> 3);
-}
-
 NOINLINE void hot(unsigned long n)
 {
-    unsigned long acc = 0;
-    OPEN();
-    for (unsigned long i = 0; i < n; i++) {
-        acc += hot_fn(i);
-        if (i % 1000 == 0) {
-            acc += cold_fn(i);
-        }
-    }
-    CLOSE();
-    sink = acc;
+    HOT_CALLS(n);
 }
 
 int main(int argc, char **argv)

@@ -200,22 +200,18 @@ def check_request(variant: Variant, profile: Path | None, need_compiler: bool = 
                   call_graph: Path | None = None, branches: Path | None = None) -> None:
     """The cheap checks, done before anything slow (like extracting the source). Without need_compiler (a dry run)
     a missing compiler passes, and so does the profile check that needs its version."""
-    if variant.order and call_graph is None:
-        raise UserError(f"the {variant.name} variant orders the functions by a recorded call graph, and none was given",
-                        "pass --call-graph DIR (a branch profile from `kpgo collect BUILD_DIR --branches`)")
-    if not variant.order and call_graph is not None:
-        others = ", ".join(n for n, v in variants.load_all().items() if v.order)
-        raise UserError(f"--call-graph is only for the variants that order functions ({others}); {variant.name} does not",
-                        "drop --call-graph or add --variant order")
+    # the variants fed by a branch profile, and the option that gives it: (wants it, given, option, what it does, a variant)
+    for wants, given, option, does, example in ((variant.order, call_graph, "--call-graph", "order functions by a recorded call graph", "order"),
+                                                (variant.bolt, branches, "--branches", "run BOLT on the kernel from recorded branches", "bolt")):
+        if wants and given is None:
+            raise UserError(f"the {variant.name} variant needs a branch profile, to {does}, and none was given",
+                            f"pass {option} DIR (a branch profile from `kpgo collect BUILD_DIR --branches`)")
+        if given is not None and not wants:
+            others = ", ".join(n for n, v in variants.load_all().items() if getattr(v, example))
+            raise UserError(f"{option} is only for the variants that {does} ({others}); {variant.name} does not",
+                            f"drop {option} or add --variant {example}")
     if call_graph is not None:  # the recording, its kernel and the call graph itself, read now: a bad file fails here
         order.plan(order.recording(call_graph))
-    if variant.bolt and branches is None:
-        raise UserError(f"the {variant.name} variant runs BOLT on the kernel from recorded branches, and none were given",
-                        "pass --branches DIR (a branch profile from `kpgo collect BUILD_DIR --branches`)")
-    if not variant.bolt and branches is not None:
-        others = ", ".join(n for n, v in variants.load_all().items() if v.bolt)
-        raise UserError(f"--branches is only for the variants that run BOLT ({others}); {variant.name} does not",
-                        "drop --branches or add --variant bolt")
     if branches is not None:  # the records against their kernel's build id, and BOLT itself: a bad input fails here
         bolt.recording(branches)
         if need_compiler:
