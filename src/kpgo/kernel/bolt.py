@@ -421,15 +421,18 @@ _COLD = re.compile(r"(.+)\.cold\.\d+$")  # BOLT's name for the part of a functio
 
 def _insn(elf: _Elf, address: int) -> tuple[str, int] | None:
     """The patchable instruction at `address`: ("call" | "jmp" | "jcc", target) for a branch with a 32-bit
-    displacement, ("endbr", 0) for an ENDBR64; None for anything else."""
-    op = elf.at(address, 2)
+    displacement, ("endbr", 0) for an ENDBR64; None for anything else. A CS prefix (0x2e: GCC's
+    -mindirect-branch-cs-prefix on retpoline calls, one byte for the kernel to patch an indirect call into) is kept
+    in the kind ("cs call")."""
+    at, cs = (address + 1, "cs ") if elf.at(address, 1) == b"\x2e" else (address, "")
+    op = elf.at(at, 2)
     if op[:1] in (b"\xe8", b"\xe9"):
-        d = elf.at(address + 1, 4)
-        return ("call" if op[0] == 0xE8 else "jmp", address + 5 + struct.unpack("<i", d)[0]) if d else None
+        d = elf.at(at + 1, 4)
+        return (cs + ("call" if op[0] == 0xE8 else "jmp"), at + 5 + struct.unpack("<i", d)[0]) if d else None
     if op[:1] == b"\x0f" and 0x80 <= op[1] <= 0x8F:
-        d = elf.at(address + 2, 4)
-        return ("jcc", address + 6 + struct.unpack("<i", d)[0]) if d else None
-    return ("endbr", 0) if elf.at(address, 4) == ENDBR64 else None
+        d = elf.at(at + 2, 4)
+        return (cs + "jcc", at + 6 + struct.unpack("<i", d)[0]) if d else None
+    return ("endbr", 0) if not cs and elf.at(address, 4) == ENDBR64 else None
 
 
 def patch_lists(elf: _Elf) -> dict[str, list[int]]:
@@ -459,8 +462,9 @@ def _instructions(elf: Path, keep: list[tuple[int, int]]) -> list[int]:
             found.append(a)
 
     # only branches and ENDBRs can be listed: grep keeps the lines of the mnemonics that start with call, j or endbr
+    # (after a CS prefix too)
     # (a twentieth of the kernel's instructions), so Python reads those, not every line
-    cmd = f"set -o pipefail; objdump -d --no-show-raw-insn {shlex.quote(str(elf))} | {{ LC_ALL=C grep -P ':\\t(call|j|endbr)'; [ $? -le 1 ]; }}"
+    cmd = f"set -o pipefail; objdump -d --no-show-raw-insn {shlex.quote(str(elf))} | {{ LC_ALL=C grep -P ':\\t(cs )?(call|j|endbr)'; [ $? -le 1 ]; }}"
     proc.run(["bash", "-c", cmd], on_line=line, keep_output=False, what=f"objdump of {elf}")
     return sorted(found)
 
@@ -564,9 +568,18 @@ def check_lists(elf: _Elf) -> dict[str, dict[str, int]]:
     """Every entry of the kernel's patch lists read back: per list, its entries and those that name an instruction
     of the list's kind (a return through the return thunk, a call or jump through a retpoline thunk, a direct call,
     an ENDBR64)."""
-    syms = {f.address: f.name for f in codesize.symbols(elf.path).functions}
-    ok_kind = {".return_sites": lambda k: k[0] == "jmp" and syms.get(k[1]) == "__x86_return_thunk",
-               ".retpoline_sites": lambda k: k[0] in ("call", "jmp", "jcc") and syms.get(k[1], "").startswith("__x86_indirect_thunk_"),
+    # the thunks are labels without a size (SYM_INNER_LABEL in arch/x86/lib/retpoline.S): every name nm gives an address
+    names: dict[int, set[str]] = {}
+    for ln in proc.capture(["nm", "--defined-only", str(elf.path)], timeout=300).splitlines():
+        addr, _, name = (ln.split() + ["", "", ""])[:3]
+        if name.startswith("__x86_"):
+            names.setdefault(int(addr, 16), set()).add(name)
+
+    def thunk(target: int, prefix: str) -> bool:
+        return any(n.startswith(prefix) for n in names.get(target, ()))
+
+    ok_kind = {".return_sites": lambda k: k[0] == "jmp" and thunk(k[1], "__x86_return_thunk"),
+               ".retpoline_sites": lambda k: k[0].removeprefix("cs ") in ("call", "jmp", "jcc") and thunk(k[1], "__x86_indirect_thunk_"),
                ".call_sites": lambda k: k[0] == "call",
                ".ibt_endbr_seal": lambda k: k[0] == "endbr"}
     out = {}
@@ -671,11 +684,12 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
     if moved:
         where = moved[0][1] or hex(moved[0][0].address)
         problems.append(f"BOLT changed the code of {len(moved)} runtime-constant sites the kernel patches at boot (in {where})")
-    lists = check_lists(_Elf(out / "vmlinux"))
+    lists, lists_pre = check_lists(_Elf(out / "vmlinux")), check_lists(_Elf(out / PRE_BOLT))
     before, after = patch_lists(_Elf(out / PRE_BOLT)), patch_lists(_Elf(out / "vmlinux"))
-    for name, counts in lists.items():  # the entries kpgo pointed at BOLT's new code
+    for name, counts in lists.items():  # the entries kpgo pointed at BOLT's new code, and those valid before BOLT
         counts["moved"] = sum(x != y for x, y in zip(before.get(name, []), after[name]))
-    bad = {n: c["entries"] - c["valid"] for n, c in lists.items() if c["valid"] < c["entries"]}
+        counts["valid_before"] = lists_pre.get(name, {}).get("valid", 0)
+    bad = {n: c["valid_before"] - c["valid"] for n, c in lists.items() if c["valid"] < c["valid_before"]}
     if bad:
         name, n = next(iter(bad.items()))
         problems.append(f"{n} entries of {name} (patched at boot) name no instruction of their kind in BOLT's output")
