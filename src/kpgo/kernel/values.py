@@ -35,7 +35,7 @@ PATCH = HERE / "values" / "gcov-values.patch"
 PLUGIN_SOURCE = HERE / "values" / "gcov_percpu_plugin.cc"
 FRAGMENT = HERE / "configs" / "values.config"
 PLUGIN_VAR = "KPGO_GCOV_PLUGIN"  # the make variable the patched Makefile passes to GCC as -fplugin=
-MIN_GCC = 10  # the top-N counter layout the patch serializes (GCC 10 and later)
+MIN_GCC = 11  # the top-N layout the patch writes (total, n, n pairs per site) is GCC 11's; GCC 10 wrote fixed-size sites
 
 
 def _digest(*parts: bytes) -> str:
