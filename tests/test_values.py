@@ -330,3 +330,62 @@ def test_topn_sites_never_hold_or_write_more_than_32_values(kernel_source: Kerne
     dumped = subprocess.run(["gcov-dump-12", "-l", "w.gcda"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert re.search(r"COUNTERS indirect_call \d+ counts", dumped) and " 131 " in dumped  # 100 + 31, the 32nd value
     assert " 132 " not in dumped  # the 33rd is not written
+
+
+# -- indirect calls by call site, and the promotions the linked binary keeps ---------------------------------------
+
+def profiled_program(tmp_path: Path) -> Path:
+    """PROGRAM built as Kbuild builds objects (one at a time, with .gcno) and run once: its .gcda and .gcno in tmp_path."""
+    for name, text in PROGRAM.items():
+        (tmp_path / name).write_text(text)
+    gen = ["-O2", "-fprofile-generate", "-ftest-coverage", "-fprofile-update=atomic"]
+    for name in PROGRAM:
+        subprocess.run([GCC.command, *gen, "-c", name, "-o", name[:-2] + ".o"], cwd=tmp_path, check=True)
+    subprocess.run([GCC.command, "-fprofile-generate", "-o", "prog", "t.o", "main.o"], cwd=tmp_path, check=True)
+    subprocess.run(["./prog"], cwd=tmp_path, check=False)
+    return tmp_path
+
+
+def test_dominant_sites_say_where_the_target_lies(tmp_path: Path) -> None:
+    """run() has two indirect calls: one reaches f (same object) 90% of the time, the other always ext (main.o). Both
+    are dominant (>= 50%); each counts once, named from the .gcno; stats --values prints them."""
+    from kpgo.analysis.values import OTHER, SAME, dominant_sites, site_summary
+
+    root = profiled_program(tmp_path)
+    sites = dominant_sites(root, root)
+    assert [(s.object, s.caller, s.target, s.count, s.all, s.where, s.target_objects) for s in sites] == [
+        ("t.o", "run", "ext", 40000, 40000, OTHER, ("main.o",)),
+        ("t.o", "run", "f", 36000, 40000, SAME, ("t.o",))]
+    summary = site_summary(sites)
+    assert (summary["sites_with_dominant_target"], summary["target_in_same_object"], summary["target_in_another_object"]) == (2, 1, 1)
+    res = kpgo("profile", "stats", root, "--values", "--build", root)
+    assert res.returncode == 0, res.stderr
+    assert "indirect calls with a dominant target (>= 50%, which GCC 12 promotes): 2; the target in the caller's object 1, " \
+           "in another object 1" in res.stdout
+    assert "  run -> ext  40,000 of 40,000  (t.o; another object)" in res.stdout
+    unnamed = kpgo("profile", "stats", root, "--values")  # no profile.json naming a build: functions by ident
+    assert unnamed.returncode == 0 and "give --build" in unnamed.stdout
+    assert_one_line_error(kpgo("profile", "stats", root, "--build", root), 1, "--build names the functions of --values")
+    assert_one_line_error(kpgo("profile", "stats", root, "--values", "--build", root / "prog"), 1, "is not a directory")
+
+
+def test_promotions_in_the_linked_binary(tmp_path: Path) -> None:
+    """gcc-12 -fprofile-use promotes run()'s call to f; the linked program still holds it (the direct call, or the
+    guard's compare with f's address when f is inlined). A target the caller never names is gone; a caller the binary
+    lacks is said to be missing."""
+    from kpgo.analysis.values import CALL, GONE, GUARD, NO_CALLER, promotions_in_vmlinux
+
+    root = profiled_program(tmp_path)
+    use = tmp_path / "use"
+    use.mkdir()
+    for name in PROGRAM:
+        shutil.copyfile(root / name, use / name)
+    shutil.copyfile(root / "t.gcda", use / "t.gcda")
+    subprocess.run([GCC.command, "-O2", *kbuild.PROFILE_USE_FLAGS, "-c", "t.c", "-o", "t.o"], cwd=use, check=True)
+    subprocess.run([GCC.command, "-O2", "-c", "main.c", "-o", "main.o"], cwd=use, check=True)
+    subprocess.run([GCC.command, "-o", "prog", "t.o", "main.o"], cwd=use, check=True)
+    estimate = next(use.glob("t.c.*i.profile_estimate")).read_text()
+    assert "Indirect call -> speculative call run/" in estimate and "=> f/" in estimate
+    seen = promotions_in_vmlinux(use / "prog", [{"caller": "run", "target": "f"}, {"caller": "run", "target": "main"},
+                                                {"caller": "no_such_caller", "target": "f"}])
+    assert seen[0] in (CALL, GUARD) and seen[1:] == [GONE, NO_CALLER]

@@ -124,8 +124,9 @@ def site_summary(sites: list[Site], top: int | None = None) -> dict:
 # -- promoted calls in the linked kernel ----------------------------------------------------------------------------
 
 # What the linked kernel shows of a promoted call site, in the caller's code (and its clones: .constprop, .isra, .part,
-# .cold): the direct call or jump to the target, or, when GCC inlined the target after the guard, the guard's compare
-# with the target's address. Neither: the speculation was undone (GCC's inliner removes speculations it finds useless).
+# .cold): the direct call or jump to the target, or, when GCC inlined the target after the guard, the target's address
+# as an operand (the guard's compare; a caller that also stores the address somewhere would count too). Neither: the
+# speculation was undone (GCC's inliner removes speculations it finds useless).
 CALL, GUARD, GONE, NO_CALLER = "direct call", "guard only (target inlined)", "gone", "caller not in vmlinux"
 _FUNC_SYMBOL = re.compile(r"^([0-9a-f]+) ([0-9a-f]+) [tTwW] (\S+)$", re.M)
 
@@ -153,6 +154,8 @@ def promotions_in_vmlinux(vmlinux: Path, sites: list[dict]) -> list[str]:
             continue
         target = re.escape(site["target"])
         direct = re.compile(rf"\s(?:call|jmp)\s+[0-9a-f]+ <{target}(?:\.[\w.]+)?>")
+        # the guard's operand: an immediate (the kernel's -mcmodel=kernel) or a RIP-relative address objdump names (PIC)
+        addressed = re.compile(rf"# [0-9a-f]+ <{target}(?:\.[\w.]+)?>")
         addresses = {f"$0x{a:x}," for a, _ in _named(symbols, site["target"])}
         seen = GONE
         for start, size in callers:
@@ -161,7 +164,7 @@ def promotions_in_vmlinux(vmlinux: Path, sites: list[dict]) -> list[str]:
             if direct.search(text):
                 seen = CALL
                 break
-            if any(a in text for a in addresses):
+            if addressed.search(text) or any(a in text for a in addresses):
                 seen = GUARD
         out.append(seen)
     return out
