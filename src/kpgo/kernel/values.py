@@ -47,7 +47,7 @@ def _digest(*parts: bytes) -> str:
 
 def check(compiler: Compiler) -> None:
     if compiler.family != "gcc" or compiler.major < MIN_GCC:
-        raise UserError(f"--values needs GCC {MIN_GCC} or later (the top-N counter format kpgo's kernel patch writes); "
+        raise UserError(f"--values needs GCC {MIN_GCC} or later (kpgo's kernel patch writes GCC {MIN_GCC}'s top-N counter layout); "
                         f"this build compiles with {compiler.name}", "build the instrumented variant (gcc-12) with --values")
 
 
