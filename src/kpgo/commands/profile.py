@@ -1,6 +1,6 @@
 """`kpgo profile`: read, repair, merge, validate and compare kernel profiles (directories of .gcda files).
 
-    kpgo profile stats DIR [--json]
+    kpgo profile stats DIR [--json] [--values [--build BUILD_DIR]]
     kpgo profile fix DIR -o OUT [--summary-runs N]
     kpgo profile arcs DIR -o OUT
     kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
@@ -29,6 +29,11 @@ def register(subparsers: Any) -> None:
     s = sub.add_parser("stats", help="counts over a profile (files, functions, arc counters, summary, version; or a branch profile's records)")
     s.add_argument("dir", type=Path, help="profile directory (gcov, or branches from `kpgo collect --branches`)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--values", action="store_true",
+                   help="list the indirect calls with a dominant target (>= 50%%, which GCC 12 promotes) and say where each "
+                   "target is defined: in the caller's object, in another one (out of reach without LTO), or nowhere in the profile")
+    s.add_argument("--build", type=Path, metavar="BUILD_DIR",
+                   help="with --values: the instrumented build whose .gcno files name the functions (default: the one profile.json names)")
     s.set_defaults(func=run_stats)
 
     f = sub.add_parser("fix", help="add or correct the object summary the kernel leaves out")
@@ -135,7 +140,13 @@ def run_stats(args: argparse.Namespace) -> int:
         return _sample_stats(args)
     from kpgo.gcov.profile import profile_stats
 
+    if args.build is not None and not args.values:
+        from kpgo.errors import UserError
+
+        raise UserError("--build names the functions of --values", "add --values, or leave --build out")
     st = profile_stats(args.dir)
+    if args.values:
+        st["indirect_sites"] = _indirect_sites(args.dir, args.build)
     if args.json:
         _print_json(st)
         return 0
@@ -151,7 +162,44 @@ def run_stats(args: argparse.Namespace) -> int:
     ])
     for line in value_lines(st["values"]):
         print(line)
+    if args.values:
+        for line in indirect_site_lines(st["indirect_sites"]):
+            print(line)
     return 0
+
+
+SHOWN_SITES = 20  # the hottest sites `stats --values` prints (--json: all)
+
+
+def _indirect_sites(profile: Path, build: Path | None) -> dict[str, Any]:
+    """kpgo.analysis.values.site_summary of a profile, the functions named from `build` or from the instrumented build
+    profile.json names (when its .gcno files are still there)."""
+    from kpgo.analysis.values import dominant_sites, site_summary
+    from kpgo.errors import UserError
+    from kpgo.gcov.profile import read_profile_json
+
+    if build is not None and not build.is_dir():
+        raise UserError(f"--build {build} is not a directory", "give the instrumented build directory (with its .gcno files)")
+    if build is None:
+        named = read_profile_json(profile, strict=False).get("build_dir")
+        build = Path(named) if isinstance(named, str) and Path(named).is_dir() else None
+    res = site_summary(dominant_sites(profile, build))
+    res["names_from"] = str(build) if build is not None else None
+    return res
+
+
+def indirect_site_lines(res: dict[str, Any]) -> list[str]:
+    """`stats --values` as text: the counts, then the hottest sites."""
+    out = [f"indirect calls with a dominant target (>= 50%, which GCC 12 promotes): {res['sites_with_dominant_target']}; the target in "
+           f"the caller's object {res['target_in_same_object']}, in another object {res['target_in_another_object']} (out of reach "
+           f"without LTO), not in the profile {res['target_not_in_profile']}"]
+    if res["names_from"] is None:
+        out.append("  (functions named by ident: give --build with the instrumented build to name them)")
+    for s in res["sites"][:SHOWN_SITES]:
+        out.append(f"  {s['caller']} -> {s['target']}  {s['count']:,} of {s['all']:,}  ({s['object']}; {s['where']})")
+    if len(res["sites"]) > SHOWN_SITES:
+        out.append(f"  ... {len(res['sites']) - SHOWN_SITES} more (--json lists them all)")
+    return out
 
 
 def _is_branch_profile(path: Path) -> bool:

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from kpgo import atomic
+from kpgo.analysis.values import CALL, GUARD, OTHER, dominant_sites, promotions_in_vmlinux
 from kpgo.errors import InfraError
 from kpgo.gcov.gcda import ARCS, read_gcda
 
@@ -33,7 +34,8 @@ _TRANSFORM = re.compile(r"optimized: Transformation done: (div/mod by constant|m
 _IC_DIRECT = re.compile(r"^Indirect call counter all: (-?\d+), \d+ values: \[-?\d+:(-?\d+)[^\n]*\n"
                         r"[^\n]*optimized: Indirect call -> direct call \S+ => (\S+) \(will resolve by ipa-profile\)", re.M)
 _TRAINED = re.compile(r"^(\d+) indirect calls trained", re.M)
-_NOT_FOUND = re.compile(r"^Function with profile-id \d+ not found", re.M)
+# GCC prints the id with %i: half of all ids are negative. One line per tracked target, not per call site.
+_NOT_FOUND = re.compile(r"^Function with profile-id -?\d+ not found", re.M)
 _SPECULATIVE = re.compile(r"^Indirect call -> speculative call (\S+)/\d+ => (\S+)/\d+", re.M)
 VALUE_KINDS = ("indirect_calls_trained", "indirect_calls_promoted", "indirect_targets_elsewhere", "divmod", "stringop")
 TOP_SITES = 30  # the hottest promoted call sites kept in proof.json
@@ -69,9 +71,14 @@ def format_values(values: dict | None) -> str:
     if values is None:
         return "value profiles: none (the profile holds arc counters only; an instrumented build with --values records them)"
     t = values["totals"]
+    kept = f", {t['indirect_calls_promoted_in_vmlinux']} of them still in vmlinux" if "indirect_calls_promoted_in_vmlinux" in t else ""
+    if "dominant_sites_elsewhere" in t:
+        elsewhere = (f"{t['dominant_sites_elsewhere']} of {t['dominant_sites']} calls with a dominant target call into another object, "
+                     f"out of GCC's reach without LTO")
+    else:  # a build recorded before kpgo counted sites: GCC's "not found" lines, one per tracked target
+        elsewhere = f"{t['indirect_targets_elsewhere']} tracked targets in another object, out of GCC's reach without LTO"
     return (f"value profiles: {t['indirect_calls_promoted']} of {t['indirect_calls_trained']} profiled indirect calls promoted to direct "
-            f"calls ({t['indirect_targets_elsewhere']} targets in another object, out of GCC's reach without LTO); "
-            f"{t['divmod']} divisions/modulos and {t['stringop']} string operations specialized")
+            f"calls{kept} ({elsewhere}); {t['divmod']} divisions/modulos and {t['stringop']} string operations specialized")
 
 
 def _dump_for(out: Path, rel_gcda: Path, name: str = "profile") -> Path | None:
@@ -132,8 +139,15 @@ def check(out: Path, profile: Path) -> dict:
         "ok": bool(nonempty) and ratio >= THRESHOLD,
     }
     if has_values:
-        hot = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])[:TOP_SITES]
-        result["values"] = {"totals": totals, "hot_promoted_sites": hot,
+        promoted = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])
+        if (out / "vmlinux").is_file():  # what the linked kernel kept of each promotion (docs/VALUES.md)
+            for s, seen in zip(promoted, promotions_in_vmlinux(out / "vmlinux", promoted)):
+                s["in_vmlinux"] = seen
+            totals["indirect_calls_promoted_in_vmlinux"] = sum(s["in_vmlinux"] in (CALL, GUARD) for s in promoted)
+        dominant = dominant_sites(profile, None)
+        totals["dominant_sites"] = len(dominant)
+        totals["dominant_sites_elsewhere"] = sum(s.where == OTHER for s in dominant)
+        result["values"] = {"totals": totals, "hot_promoted_sites": promoted[:TOP_SITES],
                             "method": "gcc -fdump-ipa-profile-optimized (transforms done, promotion candidates) and "
                                       "-fdump-ipa-profile_estimate (speculative direct calls produced, targets not found)"}
     atomic.write_json(out / "proof.json", {"summary": result, "objects": objects})

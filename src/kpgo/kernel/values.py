@@ -35,7 +35,7 @@ PATCH = HERE / "values" / "gcov-values.patch"
 PLUGIN_SOURCE = HERE / "values" / "gcov_percpu_plugin.cc"
 FRAGMENT = HERE / "configs" / "values.config"
 PLUGIN_VAR = "KPGO_GCOV_PLUGIN"  # the make variable the patched Makefile passes to GCC as -fplugin=
-MIN_GCC = 10  # the top-N counter layout the patch serializes (GCC 10 and later)
+MIN_GCC = 11  # the top-N layout the patch writes (total, n, n pairs per site) is GCC 11's; GCC 10 wrote fixed-size sites
 
 
 def _digest(*parts: bytes) -> str:
@@ -47,7 +47,7 @@ def _digest(*parts: bytes) -> str:
 
 def check(compiler: Compiler) -> None:
     if compiler.family != "gcc" or compiler.major < MIN_GCC:
-        raise UserError(f"--values needs GCC {MIN_GCC} or later (the top-N counter format kpgo's kernel patch writes); "
+        raise UserError(f"--values needs GCC {MIN_GCC} or later (kpgo's kernel patch writes GCC {MIN_GCC}'s top-N counter layout); "
                         f"this build compiles with {compiler.name}", "build the instrumented variant (gcc-12) with --values")
 
 

@@ -847,15 +847,19 @@ def proof(ctx: Context) -> Section | Skipped:
     ]
     with_values = {n: p["values"] for n, p in proofs.items() if isinstance(p.get("values"), dict)}
     if with_values:
-        from kpgo.kernel.proof import VALUE_KINDS
-
-        vrows = [[n, *(str(v["totals"].get(k, "–")) for k in VALUE_KINDS)] for n, v in with_values.items()]
+        keys = ("indirect_calls_trained", "indirect_calls_promoted", "indirect_calls_promoted_in_vmlinux", "dominant_sites_elsewhere",
+                "indirect_targets_elsewhere", "divmod", "stringop")
+        vrows = [[n, *(str(v["totals"].get(k, "–")) for k in keys)] for n, v in with_values.items()]
         blocks.append(Table("Value transforms GCC applied with the value profiles (docs/VALUES.md): indirect calls it had "
-                            "a profile for, those it promoted to a guarded direct call, those whose target is defined in "
-                            "another object (GCC cannot promote them without LTO), divisions/modulos and string operations "
-                            "specialized. Measured: GCC's -fdump-ipa-profile-optimized and -fdump-ipa-profile_estimate dumps.",
-                            ["profile", "indirect calls profiled", "promoted", "target in another object", "div/mod", "string ops"],
-                            vrows, [False, True, True, True, True, True]))
+                            "a profile for, those it promoted to a guarded direct call, those of them the linked vmlinux still "
+                            "holds (the direct call, or the guard when the target was inlined), call sites whose dominant target "
+                            "(>= 50%) is defined in another object (GCC cannot promote them without LTO), the tracked targets GCC "
+                            "did not find in the object (one per target, not per site), divisions/modulos and string operations "
+                            "specialized. Measured: GCC's -fdump-ipa-profile-optimized and -fdump-ipa-profile_estimate dumps, the "
+                            "profile, and objdump of vmlinux; – where the build was recorded before kpgo counted it.",
+                            ["profile", "indirect calls profiled", "promoted", "promoted, in vmlinux", "dominant target elsewhere",
+                             "targets not found", "div/mod", "string ops"],
+                            vrows, [False, True, True, True, True, True, True, True]))
     return Section(PROOF, how, blocks, {"workloads": proofs})
 
 
