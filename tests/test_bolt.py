@@ -425,3 +425,27 @@ def test_a_function_whose_listed_instructions_bolt_changed_is_skipped(lists_pre:
     assert bolt._main(["sites", str(lists_pre), str(post), str(skip)]) == bolt.EXIT_SKIP_MORE
     assert skip.read_text() == "f(/.*)?\n"
     assert bolt._main(["sites", str(lists_pre), str(post), str(skip)]) == 1  # skipped, yet changed: BOLT did not obey
+
+
+@needs_gcc
+def test_functions_with_a_hlt_are_left_to_the_skip_list(tmp_path: Path) -> None:
+    """BOLT 19 takes HLT for the end of a path; the kernel's default_idle goes on after it (`sti; hlt; cli; ret`): the
+    step names every function holding one in BOLT's skip list before the first pass."""
+    elf = link(tmp_path, "idle", """
+	.globl f, idle
+	.text
+	.type f, @function
+f:	ret
+	.size f, . - f
+	.type idle, @function
+idle:	sti
+	hlt
+	cli
+	ret
+	.size idle, . - idle
+	.section .bolt.text, "ax"
+	int3
+""")
+    assert bolt.halting_functions(elf) == ["idle"]
+    skip = tmp_path / "skip"
+    assert bolt._main(["halting", str(elf), str(skip)]) == 0 and skip.read_text() == "idle(/.*)?\n"

@@ -71,7 +71,7 @@ PREAGG = "bolt.preagg"  # the records as BOLT's pre-aggregated profile, branches
 PERF2BOLT_LOG = "perf2bolt.log"
 LOG = "bolt.log"  # llvm-bolt's output
 PRE_BOLT = "vmlinux.pre-bolt"  # the linked kernel as BOLT got it
-VERSION = 3  # of the options and the step: part of the build key
+VERSION = 4  # of the options and the step: part of the build key
 # BOLT's options. Its Linux guide's set: blocks by ext-tsp, hot/cold splitting (into the reserved room), no
 # unreachable-code elimination or conditional tail calls (code the kernel patches at run time must stay), and the
 # entry text left alone (its symbols mark addresses the kernel computes with).
@@ -283,6 +283,11 @@ fi
 # runs again (kpgo.kernel.bolt.RUNTIME_CONST_PREFIXES); nor the lists of returns, retpoline calls, direct calls and
 # ENDBRs patched at boot: kpgo writes them again for BOLT's code (PATCH_LISTS), or skips what it cannot find again.
 : > {out}/{SKIP_FILE}
+# BOLT 19 takes HLT for the end of a path; in the kernel code runs on after it (kpgo.kernel.bolt.halting_functions)
+if ! PYTHONPATH={pypath} {python} -m kpgo.kernel.bolt halting "$in" {out}/{SKIP_FILE} > {out}/{LOG}.halting 2>&1; then
+	echo "kpgo: finding the functions with a HLT failed: $(tail -n1 {out}/{LOG}.halting)" >&2
+	exit 1
+fi
 pass=1
 while :; do
 	if ! {bolt} "$in" -o {out}/vmlinux.bolted -data={fdata} {opts} -skip-funcs-file={out}/{SKIP_FILE} > {out}/{LOG} 2>&1; then
@@ -404,6 +409,17 @@ def skip_more(skip_file: Path, functions: set[str]) -> list[str]:
     return new
 
 
+# ---- functions BOLT 19 lays out wrong in a kernel ----
+
+def halting_functions(elf: Path) -> list[str]:
+    """The functions of `elf` that hold a HLT. BOLT 19 takes HLT for the end of a path, as it is in a user program; in
+    the kernel the CPU goes on after it at the next interrupt (default_idle: `sti; hlt; cli; ret`), and BOLT put other
+    code after it: with the mitigations' VERW before the HLT, BOLT's default_idle looped in place of returning, and
+    every CPU stayed in it (gdb on the guest). The step gives them to BOLT's skip list before the first pass."""
+    fns = _Functions(elf)
+    return sorted({f[2] for a in _instructions(elf, None, "hlt") if (f := fns.holding(a)) is not None})
+
+
 # ---- boot-time patch lists of whole instructions, written again for BOLT's output ----
 
 # objtool lists, for the kernel to patch at boot, every return through the return thunk (MITIGATION_RETHUNK), every
@@ -446,9 +462,13 @@ def patch_lists(elf: _Elf) -> dict[str, list[int]]:
     return out
 
 
-def _instructions(elf: Path, keep: list[tuple[int, int]]) -> list[int]:
-    """The addresses of the calls, jumps and ENDBRs `objdump -d` finds in `elf` inside the sorted ranges `keep`."""
-    starts = [a for a, _ in keep]
+BRANCHES = "(cs )?(call|j|endbr)"  # the mnemonics a patch list can name (after a CS prefix too)
+
+
+def _instructions(elf: Path, keep: list[tuple[int, int]] | None, mnemonics: str = BRANCHES) -> list[int]:
+    """The addresses of the instructions whose mnemonic starts with the regex `mnemonics` that `objdump -d` finds in
+    `elf`, inside the sorted ranges `keep` (None: anywhere)."""
+    starts = [a for a, _ in keep or ()]
     found: list[int] = []
 
     def line(text: str) -> None:
@@ -458,13 +478,12 @@ def _instructions(elf: Path, keep: list[tuple[int, int]]) -> list[int]:
         except ValueError:
             return
         i = bisect.bisect_right(starts, a) - 1
-        if i >= 0 and a < keep[i][1]:
+        if keep is None or (i >= 0 and a < keep[i][1]):
             found.append(a)
 
-    # only branches and ENDBRs can be listed: grep keeps the lines of the mnemonics that start with call, j or endbr
-    # (after a CS prefix too)
-    # (a twentieth of the kernel's instructions), so Python reads those, not every line
-    cmd = f"set -o pipefail; objdump -d --no-show-raw-insn {shlex.quote(str(elf))} | {{ LC_ALL=C grep -P ':\\t(cs )?(call|j|endbr)'; [ $? -le 1 ]; }}"
+    # grep keeps the lines of those mnemonics (branches and ENDBRs are a twentieth of the kernel's instructions), so
+    # Python reads those, not every line
+    cmd = f"set -o pipefail; objdump -d --no-show-raw-insn {shlex.quote(str(elf))} | {{ LC_ALL=C grep -P ':\\t{mnemonics}'; [ $? -le 1 ]; }}"
     proc.run(["bash", "-c", cmd], on_line=line, keep_output=False, what=f"objdump of {elf}")
     return sorted(found)
 
@@ -593,8 +612,14 @@ def _main(argv: list[str]) -> int:
     """`python -m kpgo.kernel.bolt sites PRE POST SKIP_FILE`, run by the step after each BOLT pass: 0 when every
     runtime-constant site is intact and the patch lists were written again into POST, EXIT_SKIP_MORE when functions
     were added to SKIP_FILE (BOLT runs again), 1 when functions BOLT was told to skip still changed."""
+    if len(argv) == 3 and argv[0] == "halting":  # `halting PRE SKIP_FILE`: before the first pass
+        names = halting_functions(Path(argv[1]))
+        skip_more(Path(argv[2]), set(names))
+        print(f"kpgo: {len(names)} functions with a HLT left to BOLT's skip list: {', '.join(names)}")
+        return 0
     if len(argv) != 4 or argv[0] != "sites":
-        print("usage: python -m kpgo.kernel.bolt sites PRE_BOLT_VMLINUX BOLTED_VMLINUX SKIP_FILE", file=sys.stderr)
+        print("usage: python -m kpgo.kernel.bolt sites PRE_BOLT_VMLINUX BOLTED_VMLINUX SKIP_FILE | halting PRE_BOLT_VMLINUX SKIP_FILE",
+              file=sys.stderr)
         return 2
     pre, post, skip_file = (Path(a) for a in argv[1:])
     moved = moved_sites(pre, post)
@@ -722,8 +747,8 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
              f"{rep['hot_bytes'] + rep['cold_bytes_moved']:,}"]
     rc = record.get("runtime_const") or {}
     if rc.get("functions_skipped"):
-        lines.append(f"BOLT: {len(rc['functions_skipped'])} functions left alone, whose boot-time patch sites BOLT "
-                     f"would move: {', '.join(rc['functions_skipped'][:8])}{' ...' if len(rc['functions_skipped']) > 8 else ''}")
+        lines.append(f"BOLT: {len(rc['functions_skipped'])} functions left alone (they hold a HLT, or boot-time patch sites BOLT "
+                     f"would move): {', '.join(rc['functions_skipped'][:8])}{' ...' if len(rc['functions_skipped']) > 8 else ''}")
     if record.get("patch_lists"):
         lines.append("BOLT: boot-time patch lists written again for BOLT's code: " + ", ".join(
             f"{n} {c['valid']:,} of {c['entries']:,} valid, {c.get('moved', 0):,} moved" for n, c in record["patch_lists"].items()))
