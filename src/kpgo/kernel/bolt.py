@@ -71,7 +71,7 @@ PREAGG = "bolt.preagg"  # the records as BOLT's pre-aggregated profile, branches
 PERF2BOLT_LOG = "perf2bolt.log"
 LOG = "bolt.log"  # llvm-bolt's output
 PRE_BOLT = "vmlinux.pre-bolt"  # the linked kernel as BOLT got it
-VERSION = 4  # of the options and the step: part of the build key
+VERSION = 5  # of the options and the step: part of the build key
 # BOLT's options. Its Linux guide's set: blocks by ext-tsp, hot/cold splitting (into the reserved room), no
 # unreachable-code elimination or conditional tail calls (code the kernel patches at run time must stay), and the
 # entry text left alone (its symbols mark addresses the kernel computes with).
@@ -451,6 +451,14 @@ def _insn(elf: _Elf, address: int) -> tuple[str, int] | None:
     return ("endbr", 0) if not cs and elf.at(address, 4) == ENDBR64 else None
 
 
+def _matched(elf: _Elf, address: int) -> tuple[str, int] | None:
+    """_insn's kind and target as rewrite_lists matches them: BOLT 19 re-encodes `cs call THUNK` without the prefix,
+    and the kernel patches such a site only where its indirect call fits the 5 bytes (apply_retpolines: `len ==
+    insn.length`), else it keeps the thunk call, which is right either way."""
+    k = _insn(elf, address)
+    return (k[0].removeprefix("cs "), k[1]) if k is not None else None
+
+
 def patch_lists(elf: _Elf) -> dict[str, list[int]]:
     """The instruction addresses each of the kernel's boot-time patch lists (PATCH_LISTS) names, in entry order."""
     out = {}
@@ -533,7 +541,7 @@ def rewrite_lists(pre: Path, post: Path) -> ListsRewrite:
     def kinds(elf: _Elf, addrs: list[int], spans: list[tuple[int, int]]) -> dict[tuple[str, int], list[int]]:
         out: dict[tuple[str, int], list[int]] = {}
         for x in addrs:
-            if any(lo <= x < hi for lo, hi in spans) and (k := _insn(elf, x)) is not None:
+            if any(lo <= x < hi for lo, hi in spans) and (k := _matched(elf, x)) is not None:
                 out.setdefault(k, []).append(x)
         return out
 
@@ -549,7 +557,7 @@ def rewrite_lists(pre: Path, post: Path) -> ListsRewrite:
         entries: dict[tuple[str, tuple[str, int]], list[int]] = {}
         why = ""
         for name, i in listed[start]:
-            k = _insn(a, old[name][i])
+            k = _matched(a, old[name][i])
             if k is None:
                 why = f"{name} names {old[name][i]:#x}, which holds no call, jump or ENDBR"
                 break
