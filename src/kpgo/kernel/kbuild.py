@@ -191,7 +191,7 @@ def load_build(out: Path, hint: str) -> dict:
     """The record of the finished build in `out`, for a step that boots it: a UserError naming what is missing or
     damaged (build.json, the kernel image) before any guest starts."""
     if not out.is_dir():
-        what = f"is {inputs.kind(out)}" if out.exists() else "does not exist"
+        what = f"is {inputs.kind(out) or 'a file'}" if out.exists() else "does not exist"
         raise UserError(f"build directory {out} {what}, so it holds no complete kpgo build", hint)
     path = out / "build.json"
     if not os.path.lexists(path):
