@@ -203,7 +203,8 @@ def test_dry_run_make_lines(tmp_path: Path) -> None:
         ], variant
     # the gcov kernel never: its objects embed their own build directory's .gcda paths
     instr = tmp_path / "instr"
-    assert without_reproducible(dry_run(instr, "instrumented")[-1], instr / "linux", instr / "out") == f"make -C {instr / 'linux'} O={instr / 'out'} -j3{gcc12} bzImage"
+    line = without_reproducible(dry_run(instr, "instrumented")[-1], instr / "linux", instr / "out")
+    assert line == f"make -C {instr / 'linux'} O={instr / 'out'} -j3{gcc12} bzImage"
 
 
 def test_dry_run_says_what_is_missing(tmp_path: Path) -> None:

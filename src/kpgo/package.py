@@ -282,8 +282,8 @@ def package_manifest(deb: Path) -> dict[str, Any]:
         raise UserError(f"{deb}: not a Debian package dpkg-deb can read ({e.message})", DEB_HINT) from None
     members = [w for ln in listing.splitlines() for w in ln.split()[-1:] if re.fullmatch(r"\./boot/kpgo-[^/]+\.json", w)]
     if len(members) != 1:
-        raise UserError(f"{deb}: holds {'no' if not members else 'more than one'} kpgo manifest (/boot/kpgo-RELEASE.json), so it was not made by `kpgo package`",
-                        DEB_HINT)
+        many = "no" if not members else "more than one"
+        raise UserError(f"{deb}: holds {many} kpgo manifest (/boot/kpgo-RELEASE.json), so it was not made by `kpgo package`", DEB_HINT)
     with tempfile.TemporaryDirectory(prefix="kpgo-deb.") as tmp:
         proc.capture(["sh", "-c", 'dpkg-deb --fsys-tarfile "$1" | tar -xf - -C "$2" "$3"', "sh", deb, tmp, members[0]], timeout=300)
         return read_manifest(Path(tmp) / members[0], what=f"{deb}'s {members[0][1:]}")
