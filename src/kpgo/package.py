@@ -14,6 +14,7 @@ vmlinux's: the linker hashes the whole linked image into it, so equal ids mean t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -196,15 +197,19 @@ def package(out: Path, dest: Path) -> Packaged:
         compiled += bool(_CC.match(text))
 
     t0 = time.monotonic()
-    res = proc.run(argv, log=log, env=env, on_line=line, check=False, keep_output=False)
-    if res.returncode != 0:
-        raise InfraError(f"make bindeb-pkg failed in {out} (exit {res.returncode})", f"see {log}")
-    # the package must hold this build: the same vmlinux (nothing linked again), and its vmlinuz the bzImage
-    after = branches.build_id_of(out / "vmlinux")
-    if after != man["build_id"]:
-        raise InfraError(f"bindeb-pkg linked vmlinux again (build id {man['build_id']} became {after}), so its package is not the kpgo build",
-                         f"see {log}; build again into a new directory and package that")
-    debs = _collect(out, dest)
+    # dpkg-buildpackage writes into the build directory's parent, under names made of the release and revision only:
+    # two packagings of builds side by side (builds/a, builds/b of one kernel) wait for each other
+    with open(out.parent / ".kpgo-package.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        res = proc.run(argv, log=log, env=env, on_line=line, check=False, keep_output=False)
+        if res.returncode != 0:
+            raise InfraError(f"make bindeb-pkg failed in {out} (exit {res.returncode})", f"see {log}")
+        # the package must hold this build: the same vmlinux (nothing linked again), and its vmlinuz the bzImage
+        after = branches.build_id_of(out / "vmlinux")
+        if after != man["build_id"]:
+            raise InfraError(f"bindeb-pkg linked vmlinux again (build id {man['build_id']} became {after}), so its package is not the kpgo build",
+                             f"see {log}; build again into a new directory and package that")
+        debs = _collect(out, dest)
     image = next((d for d in debs if d.name.startswith(f"linux-image-{release}_")), None)
     if image is None:
         raise InfraError(f"bindeb-pkg made no linux-image-{release} package ({', '.join(d.name for d in debs) or 'none'})", f"see {log}")
