@@ -132,7 +132,8 @@ def test_the_version_string_bindeb_pkg_must_keep(tmp_path: Path) -> None:
     gen = tmp_path / "include" / "generated"
     gen.mkdir(parents=True)
     (gen / "utsversion.h").write_text('#define UTS_VERSION "#3 SMP PREEMPT_DYNAMIC Thu Nov 27 15:01:02 UTC 2026"\n')
-    (gen / "compile.h").write_text('#define UTS_MACHINE "x86_64"\n#define LINUX_COMPILE_BY "root"\n#define LINUX_COMPILE_HOST "debian"\n')
+    # with mkcompile_h's tabs
+    (gen / "compile.h").write_text('#define UTS_MACHINE\t\t"x86_64"\n#define LINUX_COMPILE_BY\t"root"\n#define LINUX_COMPILE_HOST\t"debian"\n')
     env = package.version_env(tmp_path)
     assert env == {"KBUILD_BUILD_VERSION": "3", "KBUILD_BUILD_TIMESTAMP": "Thu Nov 27 15:01:02 UTC 2026", "KBUILD_BUILD_USER": "root",
                    "KBUILD_BUILD_HOST": "debian"}

@@ -131,8 +131,8 @@ def proof_text(proof: dict[str, Any] | None) -> str:
 # ---- kpgo package ----
 
 _CC = re.compile(r"^\s+CC\s+(?!/)")  # an object compiled (not a host tool), as kbuild counts them
-_UTS = re.compile(r'#define UTS_VERSION "#(\S+) (.*)"')
-_BY = re.compile(r'#define LINUX_COMPILE_(BY|HOST) "(.*)"')
+_UTS = re.compile(r'#define UTS_VERSION\s+"#(\S+) (.*)"')
+_BY = re.compile(r'#define LINUX_COMPILE_(BY|HOST)\s+"(.*)"')
 _FLAGS = ("SMP", "PREEMPT_DYNAMIC", "PREEMPT_RT", "PREEMPT")
 
 
