@@ -35,8 +35,9 @@ def elf(d: Path, body: str = "") -> Path:
 
 
 def notes_of(vmlinux: Path, out: Path) -> Path:
-    """What /sys/kernel/notes holds when `vmlinux` runs: its note sections' bytes."""
-    subprocess.run(["objcopy", "-O", "binary", "--only-section=.note.gnu.build-id", vmlinux, out], check=True)
+    """What /sys/kernel/notes holds when `vmlinux` runs: its note section's bytes (a kernel's .notes, a small ELF's
+    .note.gnu.build-id)."""
+    subprocess.run(["objcopy", "-O", "binary", "--only-section=.notes", "--only-section=.note.gnu.build-id", vmlinux, out], check=True)
     return out
 
 
