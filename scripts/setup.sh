@@ -19,6 +19,7 @@ APT_PACKAGES=(
   gcc-12-plugin-dev g++ patch  # value profiles (--values): kpgo's GCC plugin and kernel patch (docs/VALUES.md)
   python3 python3-venv
   libglib2.0-dev pkg-config dpkg-dev libc6-dev  # the QEMU plugin (GLib), its header fetch (apt-get source), kpgo-window
+  debhelper kmod  # kpgo package: the kernel's bindeb-pkg (dpkg-dev has dpkg-buildpackage; kmod is one of its build dependencies; docs/PACKAGING.md)
   chromium-headless-shell  # renders report.html in the report test
   bolt-19 llvm-19  # branch records' consumers: perf2bolt/llvm-bolt and llvm-profgen (docs/LAYOUT.md; tests/test_branches.py)
 )

@@ -157,6 +157,17 @@ def dry_run(tmp_path: Path, variant: str, *more: str | Path) -> list[str]:
     return res.stdout.splitlines()
 
 
+def without_reproducible(line: str, tree: Path, out: Path) -> str:
+    """A build's make line without what makes it reproducible (checked here): Kbuild's version-string variables in
+    front (kbuild.reproducible_env), the path maps after the flags in KCFLAGS and as KAFLAGS (kbuild.prefix_maps)."""
+    words = shlex.split(line)
+    assert [w.split("=", 1)[0] for w in words[:4]] == ["KBUILD_BUILD_TIMESTAMP", "KBUILD_BUILD_USER", "KBUILD_BUILD_HOST", "KBUILD_BUILD_VERSION"]
+    maps = " ".join(kbuild.prefix_maps(tree, out))
+    assert words[-1] == f"KAFLAGS={maps}" and words[-2].startswith("KCFLAGS=") and words[-2].endswith(maps), line
+    flags = words[-2].removeprefix("KCFLAGS=").removesuffix(maps).strip()
+    return shlex.join([*words[4:-2], *([f"KCFLAGS={flags}"] if flags else [])])
+
+
 def test_dry_run_make_lines(tmp_path: Path) -> None:
     cc11 = "" if variants.host_gcc_major() == 11 else " CC=gcc-11"
     gcc12 = "" if variants.host_gcc_major() == 12 else " CC=gcc-12"
@@ -183,6 +194,7 @@ def test_dry_run_make_lines(tmp_path: Path) -> None:
         else:  # every object through the ccache wrapper, which runs the variant's GCC (KPGO_CC)
             cc = f" KPGO_CC={make_vars.removeprefix(' CC=')}" if make_vars else ""
             build = f"KPGO_REUSE=all CCACHE_DIR=<cache> CCACHE_NOHASHDIR=1 CCACHE_DEPEND=1{cc} make -C {tree} O={out} -j3 'CC=sh {kbuild.REUSE_CC}' bzImage{kc}"
+        lines[-1] = without_reproducible(lines[-1], tree, out)
         assert [re.sub(r"CCACHE_DIR=\S+", "CCACHE_DIR=<cache>", ln) for ln in lines] == [
             f"make -C {tree} O={out}{make_vars} allnoconfig",
             f"{tree}/scripts/kconfig/merge_config.sh -m -O {out} {out}/.config {tiny}{frags}",
@@ -190,7 +202,9 @@ def test_dry_run_make_lines(tmp_path: Path) -> None:
             build,
         ], variant
     # the gcov kernel never: its objects embed their own build directory's .gcda paths
-    assert dry_run(tmp_path / "instr", "instrumented")[-1] == f"make -C {tmp_path / 'instr/linux'} O={tmp_path / 'instr/out'} -j3{gcc12} bzImage"
+    instr = tmp_path / "instr"
+    line = without_reproducible(dry_run(instr, "instrumented")[-1], instr / "linux", instr / "out")
+    assert line == f"make -C {instr / 'linux'} O={instr / 'out'} -j3{gcc12} bzImage"
 
 
 def test_dry_run_says_what_is_missing(tmp_path: Path) -> None:
@@ -198,10 +212,11 @@ def test_dry_run_says_what_is_missing(tmp_path: Path) -> None:
     mine = write_variant(tmp_path / "mine.toml", compiler="gcc-6")  # not in Debian 12: never installed
     lines = dry_run(tmp_path, "mine", "--variant-file", mine)
     assert "gcc-6 is not installed" in lines[1] and "apt-get install gcc-6" in lines[1]
+    last = without_reproducible(lines[-1], tmp_path / "linux", tmp_path / "out")
     if shutil.which("ccache"):  # the wrapper runs the variant's GCC
-        assert "KPGO_CC=gcc-6" in lines[-1] and lines[-1].endswith(f"-j3 'CC=sh {kbuild.REUSE_CC}' bzImage")
+        assert "KPGO_CC=gcc-6" in last and last.endswith(f"-j3 'CC=sh {kbuild.REUSE_CC}' bzImage")
     else:
-        assert lines[-1].endswith("-j3 CC=gcc-6 bzImage")
+        assert last.endswith("-j3 CC=gcc-6 bzImage")
 
 
 def test_missing_compiler_is_refused(tmp_path: Path) -> None:
@@ -228,7 +243,7 @@ def test_dry_run_profile_variant(tmp_path: Path) -> None:
     spec = kconfig.resolve("tiny", None, [])
     lines = kbuild.dry_run(kbuild.BuildRequest(src, spec, variants.get("pgo-o3"), tmp_path / "out", prof, 3))
     assert f"# each .gcda of {prof} copied to its object's place under {tmp_path / 'out'}" in lines
-    assert lines[-1].endswith(f"bzImage 'KCFLAGS={' '.join(kbuild.PROFILE_USE_FLAGS)} -O3 -Wno-error'")
+    assert without_reproducible(lines[-1], tree, tmp_path / "out").endswith(f"bzImage 'KCFLAGS={' '.join(kbuild.PROFILE_USE_FLAGS)} -O3 -Wno-error'")
     assert ("KPGO_REUSE=zero" in lines[-1] and f"'CC=sh {kbuild.REUSE_CC}'" in lines[-1]) == bool(shutil.which("ccache"))
 
 

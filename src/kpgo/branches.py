@@ -206,6 +206,11 @@ def _build_id(notes: bytes) -> str | None:
     return None
 
 
+def notes_build_id(notes: bytes) -> str | None:
+    """The GNU build id in an ELF note section's bytes (a running kernel's /sys/kernel/notes), hex; None without one."""
+    return _build_id(notes)
+
+
 def build_id_of(path: Path) -> str:
     """The GNU build id of an ELF file, hex; a UserError when it has none (records could not be tied to it)."""
     bid = read_elf(path).build_id

@@ -20,7 +20,7 @@ PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES
                          errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP})
 
 # name -> module under kpgo.commands exposing register(subparsers)
-COMMANDS = ("build", "collect", "profile", "bench", "run", "study", "workloads", "variants", "report")
+COMMANDS = ("build", "collect", "profile", "bench", "run", "study", "workloads", "variants", "report", "package", "verify")
 
 
 class Parser(argparse.ArgumentParser):

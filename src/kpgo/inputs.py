@@ -9,6 +9,7 @@ read (each kind of file has a size cap) or a traceback from deep inside a reader
 API
     read_bytes(path, hint, limit=...) -> bytes       a regular file's bytes (at most `limit`)
     read_bytes_if_present(path, hint, ...)           the same, None when nothing is at the path
+    read_prefix(path, hint, size) -> bytes           its first `size` bytes (a magic number)
     read_text(path, hint, limit=...) -> str          the same, as UTF-8 text
     read_json(path, hint, shape=object, ...) -> Any  JSON of `shape` (check); missing_ok: None when absent
     read_toml(path, hint, limit=...) -> dict         a TOML document
@@ -113,6 +114,18 @@ def read_bytes(path: str | os.PathLike[str], hint: str, limit: int = BINARY_LIMI
     finally:
         os.close(fd)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_prefix(path: str | os.PathLike[str], hint: str, size: int) -> bytes:
+    """The first `size` bytes of the regular file at `path` (fewer when it is shorter): its magic, say."""
+    p = os.fspath(path)
+    fd, _ = _open(p, hint)
+    try:
+        return os.read(fd, size)
+    except OSError as e:
+        raise _os_error(p, e, hint) from None
+    finally:
+        os.close(fd)
 
 
 def read_bytes_if_present(path: str | os.PathLike[str], hint: str, limit: int = BINARY_LIMIT) -> bytes | None:

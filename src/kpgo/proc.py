@@ -24,6 +24,8 @@ from kpgo.errors import InfraError, UserError
 # tool -> Debian package that provides it (for the error message when it is missing)
 PACKAGES: dict[str, str] = {
     "make": "make",
+    "dpkg-buildpackage": "dpkg-dev",
+    "dh_testdir": "debhelper",
     "gcc": "gcc",
     "gcov": "gcc",
     "gcov-tool": "gcc",

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kpgo import afdo, atomic, inputs, proc, variants
+from kpgo import afdo, atomic, branches, inputs, proc, variants
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import bolt, codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
@@ -109,6 +109,21 @@ def gcc_version() -> str:
     return proc.capture(["gcc", "-dumpfullversion"]).strip()
 
 
+def profile_digest(profile: Path) -> str:
+    """The profile's digest as the build key hashes it (and kpgo package's manifest names it)."""
+    return _profile_digest(profile)
+
+
+def profile_collections(record: dict) -> list[dict]:
+    """The collections a profile.json describes (one, or a merged profile's inputs): workload, kernel and moment."""
+    rows = []
+    for o in _origins(record):
+        wl = o.get("workload")
+        rows.append({"workload": wl.get("name") if isinstance(wl, dict) else wl, "kernel_release": o.get("kernel_release"),
+                     "config_name": o.get("config_name"), "build_key": o.get("build_key"), "collected_at": o.get("collected_at")})
+    return rows
+
+
 def _profile_digest(profile: Path) -> str:
     h = hashlib.sha256()
     for p in sorted([*profile.rglob("*.gcda"), *profile.glob(afdo.PROFILE_FILE)]):
@@ -176,7 +191,7 @@ def load_build(out: Path, hint: str) -> dict:
     """The record of the finished build in `out`, for a step that boots it: a UserError naming what is missing or
     damaged (build.json, the kernel image) before any guest starts."""
     if not out.is_dir():
-        what = f"is {inputs.kind(out)}" if out.exists() else "does not exist"
+        what = f"is {inputs.kind(out) or 'a file'}" if out.exists() else "does not exist"
         raise UserError(f"build directory {out} {what}, so it holds no complete kpgo build", hint)
     path = out / "build.json"
     if not os.path.lexists(path):
@@ -310,6 +325,10 @@ def _up_to_date(req: BuildRequest, key: str) -> dict | None:
     # a build made before kpgo measured functions_size/text_span/bzimage gets them from its vmlinux now
     # (in the returned record only: the sizes are not an input, the key and build.json stay as they are)
     done["sizes"] = codesize.complete(out, done.get("sizes"))
+    # and the vmlinux digest and build id of a build made before they were recorded (not reproducible then: no
+    # "reproducible" record says how it was made)
+    if "vmlinux_sha256" not in done:
+        done |= vmlinux_identity(out)
     # likewise the compiler record of a build made before variants were data (same key: same compiler and flags)
     return _compiler_record(req.variant) | done
 
@@ -360,7 +379,8 @@ def _build(req: BuildRequest) -> dict:
 
     installed, zero = (_install_profile(req.profile, out) if not req.variant.autofdo else afdo.install(req.profile, out)) if req.profile else (0, 0)
     flags = kcflags(req)
-    make_args, env = _make_vars(req.variant)
+    make_args, reuse_env = _make_vars(req.variant)
+    env = reproducible_env(req.source.path) | reuse_env
     if plugin is not None:
         make_args.append(f"{values.PLUGIN_VAR}={plugin}")
     if req.variant.autofdo and req.variant.lto:
@@ -379,10 +399,10 @@ def _build(req: BuildRequest) -> dict:
         make_args += [f"{bolt.MAKE_VAR}={bolt.write_step(out, out / bolt.FDATA)}", f"{bolt.RESERVE_VAR}={reserve}"]
     if req.variant.profile and req.variant.compiler.family == "gcc" and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
-    before = _ccache_stats(env)
+    before = _ccache_stats(reuse_env)
     argv = make_command(req, out, flags, make_args)
     compiled = _make(req, out, log, argv, env)
-    after = _ccache_stats(env)
+    after = _ccache_stats(reuse_env)
     t_total = time.monotonic() - t0
     plugin_var = [f"{values.PLUGIN_VAR}={plugin}"] if plugin is not None else []  # the patched Makefile needs it to parse
     release = proc.capture(["make", "-s", "-C", req.source.path, f"O={out}", *plugin_var, "kernelrelease"]).strip().splitlines()[-1]
@@ -411,13 +431,20 @@ def _build(req: BuildRequest) -> dict:
                   "reused": sum(after.get(k, 0) - before.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit")),
                   "cache_misses": after.get("cache_miss", 0) - before.get("cache_miss", 0)},
         "sizes": text_sizes(out),
+        # what makes two builds of the same inputs byte-identical (reproducible()), and the bytes they give
+        "reproducible": {**{k: v for k, v in env.items() if k.startswith("KBUILD_BUILD_")}, "prefix_maps": prefix_maps(req.source.path, out)},
+        **vmlinux_identity(out),
     }
     if plugin is not None:
         build["values"] = {"patch": str(values.PATCH), "patched_source": str(req.source.path), "plugin": str(plugin),
                            "pool_nodes": int(config.get("CONFIG_GCOV_VALUES_POOL", "0"))}
     build["ok"] = True
     if req.profile is not None:
-        build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed}
+        # the digest is the build key's (kpgo package puts it in its manifest: the profile may be gone by then)
+        from kpgo.gcov.profile import read_profile_json
+
+        build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed, "digest": _profile_digest(req.profile),
+                            "collections": profile_collections(read_profile_json(req.profile))}
         build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile)
         build["ok"] = build["proof"]["ok"]
     if rec is not None:  # BOLT's report, the build ids before and after it (kpgo.kernel.bolt.check)
@@ -594,10 +621,65 @@ def _expected_count(req: BuildRequest) -> int | None:
 
 
 def make_command(req: BuildRequest, out: Path, kcflags: list[str], make_args: list[str]) -> list[str]:
+    """make's argv of the build. The path maps of reproducible() go after the flags, in KCFLAGS and KAFLAGS: they
+    change no code, so build.json's `kcflags` (what tells kernels apart, extra_flags) leaves them out."""
+    maps = prefix_maps(req.source.path, out)
     argv = ["make", "-C", str(req.source.path), f"O={out}", f"-j{req.jobs}", *make_args, "bzImage"]
-    if kcflags:
-        argv.append("KCFLAGS=" + " ".join(kcflags))
+    argv.append("KCFLAGS=" + " ".join([*kcflags, *maps]))
+    argv.append("KAFLAGS=" + " ".join(maps))
     return argv
+
+
+# Reproducible builds (the kernel's Documentation/kbuild/reproducible-builds.rst): what a build would take from the
+# moment, the machine and its directories is fixed, so two builds from the same inputs give the same vmlinux byte for
+# byte (build.json's vmlinux_sha256; tests/test_reproducible_vm.py). None of it is a key input: same inputs, same key,
+# so builds made before kept their keys (they lack build.json's "reproducible", and their vmlinux has the moment
+# and the machine of its build in its version string).
+REPRODUCIBLE_USER = REPRODUCIBLE_HOST = "kpgo"
+# "#1" in `uname -v`: left to Kbuild it counts the links made in the build directory (.version), so a resumed build
+# that links again, or a packaging run, would change the version string and so vmlinux.
+REPRODUCIBLE_VERSION = "1"
+
+
+def build_timestamp(source: Path) -> str:
+    """KBUILD_BUILD_TIMESTAMP: $SOURCE_DATE_EPOCH when set (the reproducible-builds convention, e.g. a git tree's
+    commit date), else the modification time of the source's top Makefile (Debian's tarball keeps its release's),
+    in `LC_ALL=C date -u`'s format, which the initramfs's `date -d` parses again."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    t = int(epoch) if epoch.isdigit() else int((source / "Makefile").stat().st_mtime)
+    return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(t))
+
+
+def prefix_maps(source: Path, out: Path) -> list[str]:
+    """-fdebug-prefix-map for the O= directory and the source: debug info names neither (Kbuild maps __FILE__ itself,
+    -fmacro-prefix-map). GCC uses the last map that matches, so the longer path goes last (an O= inside the source).
+    Not -ffile-prefix-map: it implies -fprofile-prefix-map, and an instrumented kernel writes its .gcda files under
+    the O= directory's real path. ccache's reuse across O= directories stays (docs/ARCHITECTURE.md)."""
+    paths = sorted({str(source.resolve()), str(out.resolve())}, key=len)
+    return [f"-fdebug-prefix-map={p}=." for p in paths]
+
+
+def reproducible_env(source: Path) -> dict[str, str]:
+    """The environment Kbuild reads the version string's moment, user, host and build number from."""
+    return {"KBUILD_BUILD_TIMESTAMP": build_timestamp(source), "KBUILD_BUILD_USER": REPRODUCIBLE_USER,
+            "KBUILD_BUILD_HOST": REPRODUCIBLE_HOST, "KBUILD_BUILD_VERSION": REPRODUCIBLE_VERSION}
+
+
+def vmlinux_identity(out: Path) -> dict[str, str]:
+    """build.json's vmlinux_sha256 (the bytes two builds of the same inputs share) and build_id (what a booted kernel
+    reports in /sys/kernel/notes: kpgo verify); nothing for a directory without a vmlinux."""
+    vmlinux = out / "vmlinux"
+    if not vmlinux.is_file():
+        return {}
+    return {"vmlinux_sha256": file_sha256(vmlinux), "build_id": branches.build_id_of(vmlinux)}
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _shell(argv: list[str], env: dict[str, str]) -> str:
@@ -636,6 +718,7 @@ def dry_run(req: BuildRequest) -> list[str]:
     elif req.profile is not None:
         lines.append(f"# each .gcda of {req.profile.resolve()} copied to its object's place under {out}")
     make_args, env = _make_vars(v)
+    env = reproducible_env(req.source.path) | env
     if v.autofdo and v.lto:
         make_args.append(f"{afdo.LDFLAGS_VAR}={' '.join(afdo.lto_ldflags(out if v.profile else None))}")
     if req.values:
