@@ -272,9 +272,14 @@ def test_guest_steps_get_a_private_writable_home(tmp_path: Path, monkeypatch: py
 
 def test_memcaslap_gets_its_config_file() -> None:
     """memcaslap writes a default config into its user's passwd home unless given one (-F): the workload
-    ships memcaslap's own defaults and passes them to every memcaslap step."""
+    ships memcaslap's own defaults (set and get weighted 1:9, the mix a parameter) and passes them to every memcaslap
+    step."""
+    from kpgo.guest.agent import fill
+
     wl = workloads.load("memcached")
     [cnf] = [f for f in wl.files if f.path == "memslap.cnf"]
-    assert cnf.text.split() == ["key", "64", "64", "1", "value", "1024", "1024", "1", "cmd", "0", "0.1", "1", "0.9"]
+    text = fill(cnf.text, {**wl.params, "rundir": "/r"})
+    assert text.split() == ["key", "64", "64", "1", "value", "1024", "1024", "1", "cmd", "0", "1", "1", "9"]
+    assert fill(cnf.text, {**wl.params, "set_weight": 81}).split()[-3:] == ["81", "1", "9"]
     for step in wl.warmup + wl.load:
         assert step.argv[0] == "memcaslap" and "-F" in step.argv and step.argv[step.argv.index("-F") + 1] == "{rundir}/memslap.cnf"
