@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kpgo import afdo, atomic
+from kpgo import afdo, atomic, branches
 from kpgo.analysis import characterize
 
 SUFFIX = re.compile(r"(\.(constprop|isra|part|cold|llvm|lto_priv)(\.\d+)?)+$")
@@ -52,23 +52,13 @@ def clang_entries(profile_dir: Path) -> dict[str, float]:
     return out
 
 
-def ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="stable")
-    r = np.empty(len(x))
-    r[order] = np.arange(len(x), dtype=float)
-    # ties share their mean rank
-    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inv, weights=r)
-    return sums[inv] / counts[inv]
-
-
 def compare(gcc: dict[str, float], clang: dict[str, float]) -> dict:
     top_g = sorted(gcc, key=lambda k: -gcc[k])
     top_c = sorted(clang, key=lambda k: -clang[k])
     common = sorted(set(gcc) & set(clang))
     g = np.array([gcc[k] for k in common])
     c = np.array([clang[k] for k in common])
-    rho = float(np.corrcoef(ranks(g), ranks(c))[0, 1]) if len(common) > 2 else None
+    rho = branches.spearman(g, c) if len(common) > 2 else None
     return {
         "functions_gcc": len(gcc), "functions_clang": len(clang), "functions_both": len(common),
         "spearman_over_both": round(rho, 4) if rho is not None else None,

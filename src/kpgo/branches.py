@@ -191,10 +191,11 @@ def read_elf(path: Path) -> Elf:
                     notes.append(f.read(p_filesz))
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}", "check the path and its permissions") from None
-    return Elf(next((b for n in notes if (b := _build_id(n))), None), tuple(segs))
+    return Elf(next((b for n in notes if (b := notes_build_id(n))), None), tuple(segs))
 
 
-def _build_id(notes: bytes) -> str | None:
+def notes_build_id(notes: bytes) -> str | None:
+    """The GNU build id in an ELF note section's bytes (a running kernel's /sys/kernel/notes), hex; None without one."""
     at = 0
     while at + 12 <= len(notes):
         namesz, descsz, ntype = struct.unpack_from("<III", notes, at)
@@ -204,11 +205,6 @@ def _build_id(notes: bytes) -> str | None:
             return notes[desc_at:desc_at + descsz].hex()
         at = desc_at + (descsz + 3) // 4 * 4
     return None
-
-
-def notes_build_id(notes: bytes) -> str | None:
-    """The GNU build id in an ELF note section's bytes (a running kernel's /sys/kernel/notes), hex; None without one."""
-    return _build_id(notes)
 
 
 def build_id_of(path: Path) -> str:

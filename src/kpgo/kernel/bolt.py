@@ -538,21 +538,21 @@ def rewrite_lists(pre: Path, post: Path) -> ListsRewrite:
     after = _instructions(post, sorted(ranges + [r for rs in cold.values() for r in rs]))
     ranges_after = {start: [(start, f[1]), *cold.get(start, [])] for start, f in changed.items()}
 
-    def kinds(elf: _Elf, addrs: list[int], spans: list[tuple[int, int]]) -> dict[tuple[str, int], list[int]]:
+    def kinds(elf: _Elf, found: list[int], spans: list[tuple[int, int]]) -> dict[tuple[str, int], list[int]]:
+        """The instructions of `found` (sorted) inside `spans`, by kind and target."""
         out: dict[tuple[str, int], list[int]] = {}
-        for x in addrs:
-            if any(lo <= x < hi for lo, hi in spans) and (k := _matched(elf, x)) is not None:
-                out.setdefault(k, []).append(x)
+        for lo, hi in spans:
+            for x in found[bisect.bisect_left(found, lo):bisect.bisect_left(found, hi)]:
+                if (k := _matched(elf, x)) is not None:
+                    out.setdefault(k, []).append(x)
         return out
 
     moved = 0
     for start, f in sorted(changed.items()):
         if f[2] in unmatched:
             continue
-        lo, hi = bisect.bisect_left(before, f[0]), bisect.bisect_left(before, f[1])
-        was = kinds(a, before[lo:hi], [(f[0], f[1])])
-        now = kinds(b, [x for lo2, hi2 in ranges_after[start] for x in after[bisect.bisect_left(after, lo2):bisect.bisect_left(after, hi2)]],
-                    ranges_after[start])
+        was = kinds(a, before, [(f[0], f[1])])
+        now = kinds(b, after, ranges_after[start])
         plan: list[tuple[str, list[int], list[int]]] = []  # list, its entries, the new addresses, per kind
         entries: dict[tuple[str, tuple[str, int]], list[int]] = {}
         why = ""
@@ -717,8 +717,9 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
     if moved:
         where = moved[0][1] or hex(moved[0][0].address)
         problems.append(f"BOLT changed the code of {len(moved)} runtime-constant sites the kernel patches at boot (in {where})")
-    lists, lists_pre = check_lists(_Elf(out / "vmlinux")), check_lists(_Elf(out / PRE_BOLT))
-    before, after = patch_lists(_Elf(out / PRE_BOLT)), patch_lists(_Elf(out / "vmlinux"))
+    pre_elf, post_elf = _Elf(out / PRE_BOLT), _Elf(out / "vmlinux")
+    lists, lists_pre = check_lists(post_elf), check_lists(pre_elf)
+    before, after = patch_lists(pre_elf), patch_lists(post_elf)
     for name, counts in lists.items():  # the entries kpgo pointed at BOLT's new code, and those valid before BOLT
         counts["moved"] = sum(x != y for x, y in zip(before.get(name, []), after[name]))
         counts["valid_before"] = lists_pre.get(name, {}).get("valid", 0)
@@ -735,7 +736,7 @@ def check(out: Path, r: Recording, fdata_info: dict[str, Any], reserve: int) -> 
         "profile": {"dir": str(r.dir), "recorded_on": str(r.vmlinux), "recorded_build_id": r.build_id, "perf2bolt": fdata_info},
         "build_id_pre_bolt": pre, "build_id": post, "report": rep, "log": str(log),
         # BOLT 19 does not rewrite them: the functions holding one it changed are left alone (SKIP_FILE)
-        "runtime_const": {"sites": len(runtime_const_sites(_Elf(out / PRE_BOLT))), "moved": len(moved), "functions_skipped": skipped,
+        "runtime_const": {"sites": len(runtime_const_sites(pre_elf)), "moved": len(moved), "functions_skipped": skipped,
                           "bolt_passes": int(passes.group(1)) if passes else None},
         # the lists of whole instructions kpgo wrote again (PATCH_LISTS), read back: entries, and those of their kind
         "patch_lists": lists,
