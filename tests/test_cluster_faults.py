@@ -311,3 +311,38 @@ def test_a_head_with_token_authentication(fleet: tuple[list[Path], list[Path]], 
             time.sleep(3)
         assert not _own_processes(str(short))
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_tasks_on_one_machine_fetch_a_kernel_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes on one machine share its cache: tasks wanting the same kernel at once take turns, the first writes the copy
+    and the others use it (before, the second rename met the first's directory: "Directory not empty", a CI failure)."""
+    import types
+
+    from kpgo import cluster
+
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    fetched = []
+
+    def get(ref: Any) -> dict[str, bytes]:
+        fetched.append(ref)
+        time.sleep(0.5)  # the object store's transfer: long enough for every thread to be waiting
+        return {"arch/x86/boot/bzImage": b"kernel", "build.json": b"{}"}
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=get))
+    got: list[Path] = []
+    errors: list[BaseException] = []
+
+    def task() -> None:
+        try:
+            got.append(cluster._build_here("k0", ["ref"]))
+        except BaseException as e:  # noqa: BLE001 - the thread's failure is the test's
+            errors.append(e)
+
+    threads = [threading.Thread(target=task) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and len(got) == 4 and len(set(got)) == 1 and fetched == ["ref"]
+    assert (got[0] / "arch/x86/boot/bzImage").read_bytes() == b"kernel"
+    assert sorted(p.name for p in got[0].parent.iterdir() if not p.name.endswith(".lock")) == ["k0"]

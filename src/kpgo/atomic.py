@@ -225,6 +225,16 @@ def exclusive(directory: Path, what: str) -> Iterator[None]:
         f.close()
 
 
+@contextlib.contextmanager
+def turn(lock: Path) -> Iterator[None]:
+    """Wait for this lock file (flock, blocking): writers of one shared output take turns, the later one seeing what
+    the earlier made (two cluster tasks on one machine fetching the same kernel, two packagings of one kernel)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def tar_of(root: Path, only: Sequence[str] | None = None) -> bytes:
     """root's files (or only these, relative to it) as a gzipped tar: how a task on a cluster node hands back what it
     made (kpgo.cluster), for untar to write."""

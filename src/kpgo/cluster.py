@@ -557,16 +557,18 @@ def _build_here(key: str, box: list[Any]) -> Path:
     from kpgo.kernel import kbuild
 
     d = cache_dir() / "cluster" / "kernels" / key
-    if not (kbuild.image(d).is_file() and (d / "build.json").is_file()):  # copies made for benches before collect ran here had none
-        import ray
+    # nodes on one machine share its cache: the second task to want this kernel waits for the first's copy
+    with atomic.turn(d.parent / f".{key}.lock"):
+        if not (kbuild.image(d).is_file() and (d / "build.json").is_file()):  # copies made for benches before collect ran here had none
+            import ray
 
-        files = ray.get(box[0])
-        with atomic.output_dir(d, replace=True) as tmp:
-            for rel, data in files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / rel).write_bytes(data)
-        trim_kernels(d.parent, keep=d)
-    os.utime(d)  # used now: the last to go (trim_kernels)
+            files = ray.get(box[0])
+            with atomic.output_dir(d, replace=True) as tmp:
+                for rel, data in files.items():
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (tmp / rel).write_bytes(data)
+            trim_kernels(d.parent, keep=d)
+        os.utime(d)  # used now: the last to go (trim_kernels)
     return d
 
 

@@ -14,7 +14,6 @@ vmlinux's: the linker hashes the whole linked image into it, so equal ids mean t
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -199,8 +198,7 @@ def package(out: Path, dest: Path) -> Packaged:
     t0 = time.monotonic()
     # dpkg-buildpackage writes into the build directory's parent, under names made of the release and revision only:
     # two packagings of builds side by side (builds/a, builds/b of one kernel) wait for each other
-    with open(out.parent / ".kpgo-package.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with atomic.turn(out.parent / ".kpgo-package.lock"):
         res = proc.run(argv, log=log, env=env, on_line=line, check=False, keep_output=False)
         if res.returncode != 0:
             raise InfraError(f"make bindeb-pkg failed in {out} (exit {res.returncode})", f"see {log}")
