@@ -12,6 +12,7 @@ start=$(date +%s)
 
 APT_PACKAGES=(
   qemu-system-x86 linux-source-6.12
+  linux-config-6.12  # Debian's own kernel configs: --base debian, --base debian-cloud (docs/DEBIAN.md)
   passt  # the guest's network with --client host (QEMU's -netdev stream; slirp stalls under load, docs/WORKLOADS.md)
   qemu-user  # tests/test_sim.py runs the plugin's probes under user-mode QEMU too
   ccache  # reuses objects whose inputs (the .gcda included) did not change, across optimized builds and runs

@@ -346,3 +346,17 @@ def test_tasks_on_one_machine_fetch_a_kernel_once(tmp_path: Path, monkeypatch: p
     assert not errors and len(got) == 4 and len(set(got)) == 1 and fetched == ["ref"]
     assert (got[0] / "arch/x86/boot/bzImage").read_bytes() == b"kernel"
     assert sorted(p.name for p in got[0].parent.iterdir() if not p.name.endswith(".lock")) == ["k0"]
+
+
+def test_a_kernel_with_modules_goes_to_the_nodes_with_them(tmp_path: Path) -> None:
+    """A node boots a build with modules (--base debian) as vng boots it here: the modules modules.order names (.o
+    there since 6.2, .ko on disk) and what virtme-prep-kdir-mods reads go with the kernel; a build without, just it."""
+    from kpgo.cluster import KERNEL_FILES, kernel_files
+
+    assert list(kernel_files(tmp_path)) == list(KERNEL_FILES)
+    (tmp_path / "modules.order").write_text("lib/test_static_keys.o\nlib/test_static_key_base.o\n")
+    files = kernel_files(tmp_path)
+    assert list(files)[:len(KERNEL_FILES)] == list(KERNEL_FILES)
+    assert {"modules.order", "modules.builtin", "modules.builtin.modinfo", "System.map", "lib/test_static_keys.ko",
+            "lib/test_static_key_base.ko"} == set(files) - set(KERNEL_FILES)
+    assert all(p == tmp_path / rel for rel, p in files.items())

@@ -79,11 +79,22 @@ MERGE_HEARTBEAT_SECONDS = 10.0  # a line this often while a level of a fleet mer
 KERNELS_MB = 4096  # a node keeps its copies of kernels up to this (the server kernel's are ~11 MB, a tiny one's 3-5 MB)
 KERNELS_MB_ENV = "KPGO_NODE_KERNELS_MB"  # ... or this, set on the node
 BOOT_RETRIES = 3  # Ray re-runs a boot whose worker process died while its node lives (the round stays there)
-KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with (no modules: the configs
-# have none) and what kpgo reads of it (kpgo.collect checks the build from build.json)
+KERNEL_FILES = ("arch/x86/boot/bzImage", ".config", "build.json")  # what vng boots a build with and what kpgo reads of it
+# (kpgo.collect checks the build from build.json); a build with modules adds them (kernel_files)
 # What the driver keeps of a build made on a node: the kernel, vmlinux (the simulator's and the report's symbols and
 # sizes), the log, the proof and the key (a later build there knows the directory); a gcov build's .gcno files too.
 BUILD_FILES = (*KERNEL_FILES, "vmlinux", "System.map", "build.log", "proof.json", ".kpgo-key")
+
+
+def kernel_files(d: Path) -> dict[str, Path]:
+    """What a node needs of the build in d to boot it as vng boots the build: KERNEL_FILES, and for a config with
+    modules (--base debian) each module modules.order names with what virtme-prep-kdir-mods reads beside them (the
+    node's vng makes its module directory from them at the first boot)."""
+    rels = list(KERNEL_FILES)
+    if (d / "modules.order").is_file():
+        rels += ["modules.order", "modules.builtin", "modules.builtin.modinfo", "System.map"]
+        rels += [re.sub(r"\.o$", ".ko", m) for m in (d / "modules.order").read_text().split()]
+    return {rel: d / rel for rel in rels}
 
 
 def _import_ray() -> ModuleType:
@@ -567,6 +578,10 @@ def _build_here(key: str, box: list[Any]) -> Path:
                 for rel, data in files.items():
                     (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                     (tmp / rel).write_bytes(data)
+                if (tmp / "modules.order").is_file():  # vng's module directory (relative links), as the build made it
+                    from kpgo import proc
+
+                    proc.run(["virtme-prep-kdir-mods"], cwd=tmp, what="virtme-prep-kdir-mods")
             trim_kernels(d.parent, keep=d)
         os.utime(d)  # used now: the last to go (trim_kernels)
     return d
@@ -888,7 +903,7 @@ class BenchOnCluster(_Nodes):
         if not nodes:
             raise UserError(f"no node of the Ray cluster at {self.address} offers the {GUEST} resource a bench boot needs", RESOURCE_HINT)
         for label, (d, key) in builds.items():
-            paths = {rel: d / rel for rel in KERNEL_FILES}
+            paths = kernel_files(d)
             if not paths[KERNEL_FILES[0]].is_file():
                 raise UserError(f"kernel image {paths[KERNEL_FILES[0]]} not found", "build it first with `kpgo build`")
             self.kernels[label] = (_safe_key(key), [ray.put({rel: p.read_bytes() for rel, p in paths.items() if p.is_file()})])

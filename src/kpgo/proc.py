@@ -35,6 +35,8 @@ PACKAGES: dict[str, str] = {
     "bc": "bc",
     "qemu-system-x86_64": "qemu-system-x86",
     "vng": "virtme-ng (pip)",
+    "virtme-prep-kdir-mods": "virtme-ng (pip)",
+    "depmod": "kmod",
     "redis-server": "redis-server",
     "redis-benchmark": "redis-tools",
     "objdump": "binutils",

@@ -15,7 +15,8 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kernel")
     g.add_argument("--source", type=Path, metavar="PATH",
                    help="kernel tree or linux-*.tar.* (default: Debian's /usr/src/linux-source-6.12.tar.xz, extracted once into the cache)")
-    g.add_argument("--base", metavar="NAME", default=None, help="built-in base config: server (default) or tiny")
+    g.add_argument("--base", metavar="NAME", default=None,
+                   help="built-in base config: server (default), tiny, or Debian's own with modules: debian, debian-cloud (docs/PACKAGING.md)")
     g.add_argument("--config", type=Path, metavar="FILE", help="start from this .config instead of a built-in base")
     g.add_argument("--fragment", type=Path, action="append", default=[], metavar="FILE", help="config fragment merged on top (repeatable)")
     g.add_argument("-j", "--jobs", type=int, default=(os.cpu_count() or 2) + 1, help="parallel compile jobs (default: cores + 1)")

@@ -400,8 +400,11 @@ def _build(req: BuildRequest) -> dict:
     if req.variant.profile and req.variant.compiler.family == "gcc" and "KPGO_REUSE" not in env:
         say(f"build {name}: ccache not found, so no object is reused from earlier builds (apt-get install ccache)")
     before = _ccache_stats(reuse_env)
-    argv = make_command(req, out, flags, make_args)
+    modules = config.get("CONFIG_MODULES") == "y"
+    argv = make_command(req, out, flags, make_args, modules)
     compiled = _make(req, out, log, argv, env)
+    if modules:  # virtme-ng's module directory (symlinks into the build), made here so that a boot writes nothing
+        proc.run(["virtme-prep-kdir-mods"], cwd=out, log=log, what="virtme-prep-kdir-mods")
     after = _ccache_stats(reuse_env)
     t_total = time.monotonic() - t0
     plugin_var = [f"{values.PLUGIN_VAR}={plugin}"] if plugin is not None else []  # the patched Makefile needs it to parse
@@ -431,6 +434,7 @@ def _build(req: BuildRequest) -> dict:
                   "reused": sum(after.get(k, 0) - before.get(k, 0) for k in ("direct_cache_hit", "preprocessed_cache_hit")),
                   "cache_misses": after.get("cache_miss", 0) - before.get("cache_miss", 0)},
         "sizes": text_sizes(out),
+        "modules": len((out / "modules.order").read_text().split()) if modules else 0,
         # what makes two builds of the same inputs byte-identical (reproducible()), and the bytes they give
         "reproducible": {**{k: v for k, v in env.items() if k.startswith("KBUILD_BUILD_")}, "prefix_maps": prefix_maps(req.source.path, out)},
         **vmlinux_identity(out),
@@ -620,11 +624,12 @@ def _expected_count(req: BuildRequest) -> int | None:
         return None
 
 
-def make_command(req: BuildRequest, out: Path, kcflags: list[str], make_args: list[str]) -> list[str]:
-    """make's argv of the build. The path maps of reproducible() go after the flags, in KCFLAGS and KAFLAGS: they
-    change no code, so build.json's `kcflags` (what tells kernels apart, extra_flags) leaves them out."""
+def make_command(req: BuildRequest, out: Path, kcflags: list[str], make_args: list[str], modules: bool = False) -> list[str]:
+    """make's argv of the build: the image, and the modules of a config that has them (--base debian). The path maps
+    of reproducible() go after the flags, in KCFLAGS and KAFLAGS: they change no code, so build.json's `kcflags`
+    (what tells kernels apart, extra_flags) leaves them out."""
     maps = prefix_maps(req.source.path, out)
-    argv = ["make", "-C", str(req.source.path), f"O={out}", f"-j{req.jobs}", *make_args, "bzImage"]
+    argv = ["make", "-C", str(req.source.path), f"O={out}", f"-j{req.jobs}", *make_args, "bzImage", *(["modules"] if modules else [])]
     argv.append("KCFLAGS=" + " ".join([*kcflags, *maps]))
     argv.append("KAFLAGS=" + " ".join(maps))
     return argv
@@ -727,7 +732,7 @@ def dry_run(req: BuildRequest) -> list[str]:
         make_args.append(f"{order.MAKE_VAR}={out / order.FRAGMENT}")
     if v.bolt:
         make_args += [f"{bolt.MAKE_VAR}={out / bolt.STEP}", f"{bolt.RESERVE_VAR}=<bytes>"]
-    lines.append(_shell(make_command(req, out, kcflags(req), make_args), env))
+    lines.append(_shell(make_command(req, out, kcflags(req), make_args, kconfig.sets_modules(req.config, req.fragments)), env))
     return lines
 
 

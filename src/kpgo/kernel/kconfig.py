@@ -2,20 +2,23 @@
 fragments merged the Kbuild way (scripts/kconfig/merge_config.sh, then olddefconfig).
 
 A shipped config file names its starting target in a `# kpgo-base: TARGET` line
-(allnoconfig, x86_64_defconfig) and lists the options on top of it."""
+(allnoconfig, x86_64_defconfig) and lists the options on top of it; `debian:FLAVOUR` starts from the whole config
+Debian ships for that flavour of its kernel (package linux-config-6.12; docs/DEBIAN.md)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import lzma
 import os
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kpgo import inputs, proc
+from kpgo import atomic, inputs, proc
 from kpgo.errors import UserError
+from kpgo.paths import cache_dir
 
 
 def _configs_dir() -> Path:
@@ -57,7 +60,30 @@ def resolve(base: str | None, config_file: Path | None, fragments: list[Path]) -
         raise UserError(f"unknown base config '{name}'", f"choose one of: {', '.join(base_names())}, or pass --config FILE")
     m = re.search(r"^# kpgo-base:\s*(\S+)", path.read_text(), re.M)
     assert m  # base_names() only lists files that have it
+    if m.group(1).startswith("debian:"):  # Debian's whole config, then this file's options as the first fragment
+        return ConfigSpec(name, None, (debian_config(m.group(1).removeprefix("debian:")), path, *[f.resolve() for f in fragments]))
     return ConfigSpec(name, m.group(1), (path, *[f.resolve() for f in fragments]))
+
+
+DEBIAN_CONFIGS = Path("/usr/src/linux-config-6.12")  # the package linux-config-6.12 (scripts/setup.sh installs it)
+
+
+def debian_config(flavour: str) -> Path:
+    """Debian's config of one flavour of its kernel, uncompressed once into the cache (its digest is the config's:
+    ConfigSpec.digest reads the bytes), so Kbuild and the build key read a plain file."""
+    packed = DEBIAN_CONFIGS / f"config.{flavour}.xz"
+    if not packed.is_file():
+        raise UserError(f"Debian's kernel config {packed} not found",
+                        "install the Debian package linux-config-6.12 (`make setup`), or pass the config with --config FILE")
+    try:
+        data = lzma.decompress(packed.read_bytes()).decode()
+    except (OSError, lzma.LZMAError, UnicodeDecodeError) as e:
+        raise UserError(f"Debian's kernel config {packed} cannot be read ({e})", "reinstall the package linux-config-6.12") from None
+    out = cache_dir() / "debian" / f"config.{flavour}"
+    if not (out.is_file() and out.read_text() == data):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(out, data)
+    return out
 
 
 # A config line: an option, an option switched off, a comment, or nothing. merge_config.sh silently skips anything
@@ -139,6 +165,14 @@ def merged_files(spec: ConfigSpec, fragments: tuple[str, ...]) -> list[Path]:
     return [*(spec.files if spec.base_target else spec.files[1:]), *variant_fragments(fragments)]
 
 
+def sets_modules(spec: ConfigSpec, fragments: tuple[str, ...]) -> bool:
+    """Whether the config will build modules, as far as its files say (a dry run has no .config to read): the last
+    file to set CONFIG_MODULES decides."""
+    files = [*(spec.files[:1] if not spec.base_target else []), *merged_files(spec, fragments)]
+    said = [v for f in files if (v := parse(f.read_text()).get("CONFIG_MODULES")) is not None]
+    return bool(said) and said[-1] == "y"
+
+
 def configure_commands(src: Path, out: Path, spec: ConfigSpec, fragments: tuple[str, ...], make_args: tuple[str, ...] = ()) -> list[list[str]]:
     """The commands that write out/.config (after copying spec.files[0] there when no base target starts it).
     make_args select the variant's compiler: Kconfig asks the compiler what it supports, so configure and build
@@ -162,11 +196,13 @@ def configure(src: Path, out: Path, spec: ConfigSpec, fragments: tuple[str, ...]
         proc.run(argv, log=log, cwd=src if merging else None, what="merge_config.sh" if merging else f"make {argv[-1]}")
     final = parse(dotconfig.read_text())
     problems: list[str] = []
+    wanted: dict[str, tuple[str, str]] = {}  # option -> (value, file): a later file's value wins, as in merge_config.sh
     for f in merged_files(spec, fragments):
-        for key, want in parse(f.read_text()).items():
-            have = final.get(key, "n")
-            if have != want and not (want == "n" and key not in final):
-                problems.append(f"{key}={want} (from {f.name}) became {key}={have}")
+        wanted |= {key: (want, f.name) for key, want in parse(f.read_text()).items()}
+    for key, (want, name) in wanted.items():
+        have = final.get(key, "n")
+        if have != want and not (want == "n" and key not in final):
+            problems.append(f"{key}={want} (from {name}) became {key}={have}")
     if problems:
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
         raise UserError(
