@@ -543,6 +543,29 @@ def _metric_cell(res: Results, wl: str, kernel: str, metric: str | None) -> Stat
     return res.workloads[wl].sim.get(kernel, {}).get(metric)
 
 
+def matrix(res: Results, rows: list[str], cols: list[str], metric: str | None) -> tuple[list[list[str]], dict[tuple[int, int], Cell],
+                                                                                    list[list[dict[str, Any] | None]]]:
+    """Each kernel (rows) on each workload (columns) in `metric` (None: wall-clock speedup) with its CI, '–' where not
+    measured: the table's rows (the kernel first), the heatmap's cells and the statistics as recorded (report sections
+    5 and 6, summary.md's studies)."""
+    cells: dict[tuple[int, int], Cell] = {}
+    trows = []
+    grid: list[list[dict[str, Any] | None]] = []
+    for i, k in enumerate(rows):
+        trow = [k]
+        grow: list[dict[str, Any] | None] = []
+        for j, wl in enumerate(cols):
+            s = _metric_cell(res, wl, k, metric)
+            grow.append(s.raw if s else None)
+            trow.append(present.ratio_ci(s) if s else "–")
+            c = Cell.of(s)
+            if c is not None:
+                cells[(i, j)] = c
+        trows.append(trow)
+        grid.append(grow)
+    return trows, cells, grid
+
+
 def _matrix_section(res: Results, run: Run | None, heading: Heading,
                     rows: list[str], cols: list[str], diag: Callable[[str, str], bool], what: str) -> Section:
     """The heatmap in the machine's headline metric (simulated kernel instructions/op on TCG, else wall-clock
@@ -556,21 +579,7 @@ def _matrix_section(res: Results, run: Run | None, heading: Heading,
     for mt in metrics:
         how = measure.sim(res, run) if mt else measure.wall(res, run)
         name = f"simulated {present.metric_title(mt)}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
-        cells: dict[tuple[int, int], Cell] = {}
-        trows = []
-        grid: list[list[dict[str, Any] | None]] = []
-        for i, k in enumerate(rows):
-            trow = [k]
-            grow: list[dict[str, Any] | None] = []
-            for j, wl in enumerate(cols):
-                s = _metric_cell(res, wl, k, mt)
-                grow.append(s.raw if s else None)
-                trow.append(present.ratio_ci(s) if s else "–")
-                c = Cell.of(s)
-                if c is not None:
-                    cells[(i, j)] = c
-            trows.append(trow)
-            grid.append(grow)
+        trows, cells, grid = matrix(res, rows, cols, mt)
         if mt == metric:  # the figure: the headline metric
             diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
             png = figures.heatmap(rows, cols, cells, title=f"{heading.title}: {name} ({accel})", xlabel="workload measured",
