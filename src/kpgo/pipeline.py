@@ -256,6 +256,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     cells += [(c, n) for c in CLANG if c in opt for n in names]
     cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     cells += [(f"{v}-{n}", n) for v in LAYOUT for n in names if f"{v}-{n}" in opt]
+    builds = {label: records.Build.from_json(m, rd / "builds" / label / "build.json") for label, m in (("vanilla", van), ("instrumented", instr), *opt.items())}
+    proofs = {label: b.proof.raw if b.proof else None for label, b in builds.items()}  # run.json keeps each proof as build.json has it
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
                                                  cluster=cluster))
     summary = {
@@ -263,22 +265,22 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         "request": opts.to_json(),
         "studies": list(opts.studies),
         "kernel": {"source": str(src.path), "version": src.version, "config": spec.name},
-        "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {label: _build_info(m) for label, m in opt.items()},
+        "builds": {label: _build_info(b) for label, b in builds.items()},
         "workloads": {
             n: {
                 "params": wl.params,
                 "unit": wl.unit,
                 "client": client.placement_of(wl),
                 "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
-                "proof": opt[f"optimized-{n}"]["proof"],
+                "proof": proofs[f"optimized-{n}"],
             }
             for n, wl in zip(names, opts.workloads)
         },
-        "universal": {u: {"proof": opt[u]["proof"], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
-        **({"clang": {c: {"proof": opt[c].get("proof")} for c in CLANG}} if "clang" in opts.studies else {}),
+        "universal": {u: {"proof": proofs[u], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
+        **({"clang": {c: {"proof": proofs[c]} for c in CLANG}} if "clang" in opts.studies else {}),
         **({"layout": {f"{v}-{n}": {k: opt[f"{v}-{n}"].get(k) for k in ("proof", "bolt", "order")} for v in LAYOUT for n in names}}
            if "layout" in opts.studies else {}),
-        **({"variability": {n: {"proof": opt[f"optimized-{n}{AGAIN_SUFFIX}"]["proof"], "profile": str(rd / "profiles" / AGAIN / n)}
+        **({"variability": {n: {"proof": proofs[f"optimized-{n}{AGAIN_SUFFIX}"], "profile": str(rd / "profiles" / AGAIN / n)}
                             for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
         "host": results["host"],
@@ -296,7 +298,6 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
     fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
     to build from the second collections."""
     from kpgo.analysis.characterize import compare_profiles
-    from kpgo.gcov.profile import read_profile_json
 
     rd = opts.run_dir
     again = rd / "profiles" / AGAIN
@@ -304,7 +305,7 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
         fix_cached(again, instr, wl, collect_cached(again, rd / "builds" / "instrumented", instr, wl, opts.guest))
     out = rd / "studies" / "variability" / "similarity.json"
     dirs = [rd / "profiles" / n for n in names] + [again / n for n in names]
-    stamps = [read_profile_json(d, strict=False).get("collected_at") for d in dirs]
+    stamps = [records.Profile.read(d, strict=False).collected_at for d in dirs]
     try:  # kpgo's own record: redone when unusable
         have = inputs.read_json(out, "", dict, missing_ok=True) or {}
     except UserError:
@@ -358,30 +359,27 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
 
 def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:
     """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
-    from kpgo.gcov.profile import read_profile_json
-
-    have = read_profile_json(out, strict=False)
-    if have.get("build_key") == built["key"] and have.get("workload", {}).get("params") == wl.params:
+    have = records.Profile.read(out, strict=False)
+    if have.build_key == built["key"] and have.params == wl.params:
         say(f"collect {wl.name} --branches: up to date in {out}")
-        return have
+        return have.raw
     return collect.collect_branches(build_dir, wl, out, guest=guest, replace=True)
 
 
-def _build_info(m: dict) -> dict:
-    return {"seconds": m["seconds"]["total"], "sizes": m["sizes"], "release": m["kernel_release"]}
+def _build_info(b: records.Build) -> dict:
+    """What run.json keeps of a build (records.RunBuild reads it back)."""
+    return {"seconds": b.seconds["total"], "sizes": b.sizes, "release": b.kernel_release}
 
 
 def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
     """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
-    from kpgo.gcov.profile import read_profile_json
-
     raw = profiles / f"{wl.name}.raw"
-    have = read_profile_json(raw, strict=False)
+    have = records.Profile.read(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
-    same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
-    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
+    same_client = (have.client == "host") == (client.placement_of(wl) == "host")
+    if have.build_key == instr["key"] and have.params == wl.params and same_client:
         say(f"collect {wl.name}: up to date in {raw}")
-        return have
+        return have.raw
     return None
 
 
@@ -422,7 +420,7 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
     dst = rd / "profiles" / label
     srcs = [rd / "profiles" / n for n in names]
-    have = read_profile_json(dst, strict=False).get("merged", {})
+    have = records.Profile.read(dst, strict=False).merged or {}
     if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in srcs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
@@ -432,13 +430,13 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
 def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
-    from kpgo.gcov.profile import fix_profile, profile_stats, read_profile_json
+    from kpgo.gcov.profile import fix_profile, profile_stats
 
     raw = profiles / f"{wl.name}.raw"
     fixed = profiles / wl.name
-    have = read_profile_json(fixed, strict=False)
+    have = records.Profile.read(fixed, strict=False)
     # "left_out" in "fixed": fixed by a kpgo that leaves the gcov code's counters out (an older fix is redone)
-    if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "left_out" in have.get("fixed", {}):
+    if have.build_key == instr["key"] and have.collected_at == prof.get("collected_at") and "left_out" in (have.fixed or {}):
         say(f"profile fix {wl.name}: up to date in {fixed}")
     else:
         shutil.rmtree(fixed, ignore_errors=True)
