@@ -1,5 +1,5 @@
 """How kpgo shows its numbers, wherever it shows them: the terminal tables of `kpgo bench` (kpgo.bench.format_table),
-RUN/summary.md (kpgo.pipeline) and the report (kpgo.report.sections, .render, .figures) all take from here:
+RUN/summary.md (kpgo.report.summary) and the report (kpgo.report.sections, .render, .figures) all take from here:
 
 - a ratio with its 95% CI, the '*' that marks a CI including 1.0 (no difference shown) and the footnote saying so;
 - measured values, shares and sizes;
