@@ -12,8 +12,8 @@ file's shape here (kpgo.inputs shapes: the one home of what kpgo reads of each f
 reads the file through kpgo.inputs first. A key older kpgo versions did not write is an Optional field, None (or
 empty) when absent, which readers treat as they treated the missing key. The writers still write dicts, so the
 files keep their format byte for byte; each record keeps the dict it was read from as `raw`, for what is passed on
-whole (report.json's data, the bench's own functions over its results). No third-party imports: the report's
-presentation layer and the bench import this module."""
+whole (report.json's data, the bench's own functions over its results). No third-party imports at load: the
+report's presentation layer, which the bench's terminal tables use, imports this module."""
 
 from __future__ import annotations
 
