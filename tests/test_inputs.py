@@ -183,7 +183,7 @@ def test_report_load_on_json_of_any_shape(tmp_path: Path, where: list[int], valu
     except UserError as e:
         _one_line(e, run)
         return
-    assert data.results is not None and isinstance(data.results["workloads"], dict)
+    assert data.results is not None and isinstance(data.results.workloads, dict)
 
 
 @SETTINGS

@@ -348,14 +348,14 @@ def test_sections_registered_once() -> None:
 
 def test_one_presentation_of_ratios(tmp_path: Path) -> None:
     """The terminal tables, summary.md and the report show a ratio, its CI, the mark and its footnote alike."""
-    from kpgo import bench, pipeline
+    from kpgo import bench, pipeline, records
     from kpgo.report import present
 
     run_dir = copy_run(DATA / "tiny-cross-sim", tmp_path / "run")
     res = load(run_dir / "bench" / "results.json")
     assert res["schema"] == 3 and res["design"]["restated"]
     _, md, _ = report(run_dir)
-    summary = pipeline.markdown(load(run_dir / "run.json"), res)
+    summary = pipeline.markdown(records.Run.from_json(load(run_dir / "run.json"), run_dir / "run.json"), records.Results.from_json(res, run_dir))
     table = bench.format_table(res)
     for name, w in res["workloads"].items():
         own = next(r for r in w["summary"] if r["kernel"] == f"optimized-{name}")
@@ -366,6 +366,38 @@ def test_one_presentation_of_ratios(tmp_path: Path) -> None:
     assert present.md_escape(present.footnote()) in summary and present.md_escape(present.interval_text(res)) in summary
     # A recorded arc-only run: the summary says why there are no value figures rather than "0 of N promoted".
     assert "value profiles: none (the profile holds arc counters only" in summary
+
+
+def test_summary_is_a_view_of_the_report_model(tmp_path: Path) -> None:
+    """summary.md is rendered from model sections by the report's Markdown renderer: its sections in order (the
+    simulated headline first under TCG), the studies' kernel-by-workload tables the report's cross section has too, and
+    every workload's proof, profile and the bench's terminal tables."""
+    from kpgo import bench, pipeline, records
+    from kpgo.report import render, summary
+    from kpgo.report.model import Preformatted, Report, Table
+
+    run_dir = copy_run(DATA / "tiny-cross-sim", tmp_path / "run")
+    run = records.Run.from_json(load(run_dir / "run.json"), run_dir / "run.json")
+    res = records.Results.from_json(load(run_dir / "bench" / "results.json"), run_dir)
+    md = pipeline.markdown(run, res)
+    parts = summary.sections(run, res)
+    assert [s.title.split(" (")[0] for s in parts] == ["Results: simulated kernel work per operation", "Results: wall-clock", "Builds",
+                                                      *run.workloads, "Bench"]
+    assert [s.number for s in parts] == list(range(1, len(parts) + 1))
+    for s in parts:
+        assert f"## {s.number}. {s.title}" in md and render.markdown(Report(s.title, "", [s], []), intro=[]).split("\n", 2)[2] in md
+    assert md.index("Results: simulated kernel work per operation") < md.index("Results: wall-clock (TCG: indicative only")
+    assert "kernel taken branches/op" in md and "| geomean |" in md and "Studies: cross" in md and "95% CI" in md
+    assert md.count("Proof that GCC used the profile: read in") == len(run.workloads)
+    assert next(b for b in parts[-1].blocks if isinstance(b, Preformatted)).text == bench.format_table(res.raw)
+    # The studies' wall-clock table holds the report's cross-application cells (section 5), plus each kernel's geomean.
+    doc, _, _ = report(run_dir)
+    cross = next(t for t in doc["sections"]["cross"]["tables"] if t["caption"].startswith("Speedup over"))
+    [studies] = [b for b in parts[1].blocks if isinstance(b, Table) and b.caption.startswith("Studies: cross")]
+    def cells(header: list[str], rows: list[list[str]]) -> dict[tuple[str, str], str]:
+        return {(r[0], h): c for r in rows for h, c in zip(header[1:], r[1:]) if h != "geomean"}
+
+    assert cells(studies.header, studies.rows) == cells(cross["header"], cross["rows"]) != {}
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "bad-json", "old-schema", "not-object"])

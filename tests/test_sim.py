@@ -314,14 +314,15 @@ def test_header_hunks_keep_only_the_header() -> None:
 
 def test_report_names_the_guest_clock() -> None:
     """The report's phrase for the simulated machine says whether the guest's clock followed its instruction count."""
+    from kpgo.records import Measurement
     from kpgo.report import measure
 
     def model(**sim: object) -> str:
-        return measure.sim_model({"measurement": {"sim": {"l1i_size": 32768, **sim}}})
+        return measure.sim_model(Measurement.from_json({"sim": {"l1i_size": 32768, **sim}}))
 
     assert "guest clock from the instruction count (32 ns each, QEMU -icount shift=5)" in model(icount=5)
     assert "guest clock on the host's" in model(icount=None)
-    two = measure.sim_model({"measurement": {"sim": {"icount": 5}, "icount": {"redis": 5, "micro": None}}})
+    two = measure.sim_model(Measurement.from_json({"sim": {"icount": 5}, "icount": {"redis": 5, "micro": None}}))
     assert two.endswith("except on the host's clock for micro (more than one vCPU)")
     assert "clock" not in model()  # results from before the setting
 

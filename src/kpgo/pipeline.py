@@ -23,7 +23,6 @@ kernels or workloads changed: kpgo.bench)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Sequence
@@ -32,15 +31,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, client, collect, inputs, variants, vm, workloads
+from kpgo import atomic, bench, client, collect, inputs, records, variants, vm, workloads
 from kpgo import sim as simulator
 from kpgo.errors import KpgoError, UserError
 from kpgo.guest.contract import Workload
-from kpgo.kernel import kbuild, kconfig, proof, source, values
+from kpgo.kernel import kbuild, kconfig, source, values
 from kpgo.kernel.source import KernelSource  # as `source` is also a field of RunOptions
 from kpgo.progress import fmt_secs, say
 from kpgo.remote import Remote
-from kpgo.report import present
 
 
 @dataclass(frozen=True)
@@ -258,6 +256,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     cells += [(c, n) for c in CLANG if c in opt for n in names]
     cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     cells += [(f"{v}-{n}", n) for v in LAYOUT for n in names if f"{v}-{n}" in opt]
+    builds = {label: records.Build.from_json(m, rd / "builds" / label / "build.json") for label, m in (("vanilla", van), ("instrumented", instr), *opt.items())}
+    proofs = {label: b.proof.raw if b.proof else None for label, b in builds.items()}  # run.json keeps each proof as build.json has it
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
                                                  cluster=cluster))
     summary = {
@@ -265,22 +265,22 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         "request": opts.to_json(),
         "studies": list(opts.studies),
         "kernel": {"source": str(src.path), "version": src.version, "config": spec.name},
-        "builds": {"vanilla": _build_info(van), "instrumented": _build_info(instr)} | {label: _build_info(m) for label, m in opt.items()},
+        "builds": {label: _build_info(b) for label, b in builds.items()},
         "workloads": {
             n: {
                 "params": wl.params,
                 "unit": wl.unit,
                 "client": client.placement_of(wl),
                 "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
-                "proof": opt[f"optimized-{n}"]["proof"],
+                "proof": proofs[f"optimized-{n}"],
             }
             for n, wl in zip(names, opts.workloads)
         },
-        "universal": {u: {"proof": opt[u]["proof"], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
-        **({"clang": {c: {"proof": opt[c].get("proof")} for c in CLANG}} if "clang" in opts.studies else {}),
+        "universal": {u: {"proof": proofs[u], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
+        **({"clang": {c: {"proof": proofs[c]} for c in CLANG}} if "clang" in opts.studies else {}),
         **({"layout": {f"{v}-{n}": {k: opt[f"{v}-{n}"].get(k) for k in ("proof", "bolt", "order")} for v in LAYOUT for n in names}}
            if "layout" in opts.studies else {}),
-        **({"variability": {n: {"proof": opt[f"optimized-{n}{AGAIN_SUFFIX}"]["proof"], "profile": str(rd / "profiles" / AGAIN / n)}
+        **({"variability": {n: {"proof": proofs[f"optimized-{n}{AGAIN_SUFFIX}"], "profile": str(rd / "profiles" / AGAIN / n)}
                             for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
         "host": results["host"],
@@ -288,7 +288,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         "total_seconds": round(time.monotonic() - t_start, 1),
     }
     atomic.write_json(rd / "run.json", summary)
-    atomic.write_text(rd / "summary.md", markdown(summary, results))
+    atomic.write_text(rd / "summary.md", markdown(records.Run.from_json(summary, rd / "run.json"),
+                                                  records.Results.from_json(results, rd / "bench" / "results.json")))
     return summary
 
 
@@ -297,7 +298,6 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
     fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
     to build from the second collections."""
     from kpgo.analysis.characterize import compare_profiles
-    from kpgo.gcov.profile import read_profile_json
 
     rd = opts.run_dir
     again = rd / "profiles" / AGAIN
@@ -305,7 +305,7 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
         fix_cached(again, instr, wl, collect_cached(again, rd / "builds" / "instrumented", instr, wl, opts.guest))
     out = rd / "studies" / "variability" / "similarity.json"
     dirs = [rd / "profiles" / n for n in names] + [again / n for n in names]
-    stamps = [read_profile_json(d, strict=False).get("collected_at") for d in dirs]
+    stamps = [records.Profile.read(d, strict=False).collected_at for d in dirs]
     try:  # kpgo's own record: redone when unusable
         have = inputs.read_json(out, "", dict, missing_ok=True) or {}
     except UserError:
@@ -359,35 +359,27 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
 
 def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:
     """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
-    from kpgo.gcov.profile import read_profile_json
-
-    have = read_profile_json(out, strict=False)
-    if have.get("build_key") == built["key"] and have.get("workload", {}).get("params") == wl.params:
+    have = records.Profile.read(out, strict=False)
+    if have.build_key == built["key"] and have.params == wl.params:
         say(f"collect {wl.name} --branches: up to date in {out}")
-        return have
+        return have.raw
     return collect.collect_branches(build_dir, wl, out, guest=guest, replace=True)
 
 
-def _ci(r: dict, key: str = "ratio") -> str:
-    """A ratio with its CI and mark, in Markdown."""
-    return present.md_escape(present.ratio_ci(r, key))
-
-
-def _build_info(m: dict) -> dict:
-    return {"seconds": m["seconds"]["total"], "sizes": m["sizes"], "release": m["kernel_release"]}
+def _build_info(b: records.Build) -> dict:
+    """What run.json keeps of a build (records.RunBuild reads it back)."""
+    return {"seconds": b.seconds["total"], "sizes": b.sizes, "release": b.kernel_release}
 
 
 def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
     """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
-    from kpgo.gcov.profile import read_profile_json
-
     raw = profiles / f"{wl.name}.raw"
-    have = read_profile_json(raw, strict=False)
+    have = records.Profile.read(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
-    same_client = (have.get("workload", {}).get("client") == "host") == (client.placement_of(wl) == "host")
-    if have.get("build_key") == instr["key"] and have.get("workload", {}).get("params") == wl.params and same_client:
+    same_client = (have.client == "host") == (client.placement_of(wl) == "host")
+    if have.build_key == instr["key"] and have.params == wl.params and same_client:
         say(f"collect {wl.name}: up to date in {raw}")
-        return have
+        return have.raw
     return None
 
 
@@ -428,7 +420,7 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
     dst = rd / "profiles" / label
     srcs = [rd / "profiles" / n for n in names]
-    have = read_profile_json(dst, strict=False).get("merged", {})
+    have = records.Profile.read(dst, strict=False).merged or {}
     if [i.get("profile") for i in have.get("inputs", [])] == [read_profile_json(d) for d in srcs] and have.get("normalize") == normalize:
         say(f"merge {label}: up to date in {dst}")
         return have
@@ -438,13 +430,13 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
 
 def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
-    from kpgo.gcov.profile import fix_profile, profile_stats, read_profile_json
+    from kpgo.gcov.profile import fix_profile, profile_stats
 
     raw = profiles / f"{wl.name}.raw"
     fixed = profiles / wl.name
-    have = read_profile_json(fixed, strict=False)
+    have = records.Profile.read(fixed, strict=False)
     # "left_out" in "fixed": fixed by a kpgo that leaves the gcov code's counters out (an older fix is redone)
-    if have.get("build_key") == instr["key"] and have.get("collected_at") == prof.get("collected_at") and "left_out" in have.get("fixed", {}):
+    if have.build_key == instr["key"] and have.collected_at == prof.get("collected_at") and "left_out" in (have.fixed or {}):
         say(f"profile fix {wl.name}: up to date in {fixed}")
     else:
         shutil.rmtree(fixed, ignore_errors=True)
@@ -452,110 +444,8 @@ def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
     return profile_stats(fixed)
 
 
-def _sim_results(s: dict, results: dict) -> list[str]:
-    """The simulated per-operation ratios of each app-specific kernel to vanilla, with CIs, and their geomean."""
-    heads = bench.SIM_HEADLINE
-    methods = results.get("measurement", {}).get("ops_methods") or {}
-    rows = []
-    for n in s["workloads"]:
-        sim = ((results["workloads"].get(n) or {}).get("sim") or {}).get(f"optimized-{n}")
-        rows.append([n, *(f"×{_ci(sim[k])}" if sim and k in sim else "–" for k in heads), "/".join(methods.get(n) or ["–"])])
-    geo = results.get("sim_own_geomean") or bench.own_sim_geomean(results)
-    if geo:
-        rows.append(["**geomean**", *(f"×{_ci(geo[k])}" if k in geo else "–" for k in heads), ""])
-    lines = ["## Results: simulated kernel work per operation (ratio to vanilla [95% CI]; < 1 = fewer events)", "",
-             *present.md_table(["workload", *(present.metric_title(k, short=True) for k in heads), "operations counted"], rows, [False] * (len(heads) + 2)),
-             "", f"Counted by kpgo's QEMU plugin in the measured window (docs/SIM.md); {present.md_escape(present.footnote('CI', ''))}. "
-             "The geomean is over the app-specific kernels, each on its own workload.", ""]
-    if s["studies"]:
-        # Every kernel on every workload it was measured on, in the headline metric.
-        k = heads[0]
-        rows = []
-        for label in [x for x in results["kernels"] if x != results["baseline"]]:
-            cells = []
-            for n in s["workloads"]:
-                m = (((results["workloads"].get(n) or {}).get("sim") or {}).get(label) or {}).get(k)
-                cells.append(f"×{_ci(m)}" if m else "–")
-            g = (results.get("sim_geomean") or {}).get(label, {}).get(k)
-            rows.append([label, *cells, f"×{_ci(g)}" if g else "–"])
-        lines += [f"### Studies: {', '.join(s['studies'])} — simulated {present.metric_title(k, short=True)}, ratio to vanilla [95% CI]", "",
-                  *present.md_table(["kernel", *s["workloads"], "geomean"], rows, [False] * (len(s["workloads"]) + 2)), ""]
-    return lines
+def markdown(run: records.Run, results: records.Results) -> str:
+    """summary.md: a view of the report's model (kpgo.report.summary), rendered as the report's Markdown is."""
+    from kpgo.report import summary
 
-
-def markdown(s: dict, results: dict) -> str:
-    host = s["host"]
-    b = s["builds"]
-    lines = [
-        f"# kpgo run: {s['kernel']['config']} kernel {s['kernel']['version']}, workloads {', '.join(s['workloads'])}",
-        "",
-        f"Host: {host['cpu']}; guests under **{host['accelerator'].upper()}**; {host['qemu']}; gcc {host['gcc']}",
-        "",
-    ]
-    tcg = host["accelerator"] == "tcg"
-    if any((results["workloads"].get(n) or {}).get("sim") for n in s["workloads"]):
-        lines += _sim_results(s, results)
-    table = []
-    for n, w in s["workloads"].items():
-        rows = {r["kernel"]: r for r in (results["workloads"].get(n) or {}).get("summary", [])}
-        pr = w["proof"]
-        van, o = rows.get("vanilla"), rows.get(f"optimized-{n}")
-        table.append([n, w["unit"], f"{van['mean']:.1f}" if van else "FAILED", f"{o['mean']:.1f}" if o else "FAILED", _ci(o) if van and o else "–",
-                      f"{pr['objects_used']}/{pr['objects_nonempty']} objects ({pr['ratio']:.1%})"])
-    lines += [
-        "## Results: wall-clock" + (" (TCG: indicative only — software emulation does not show what code layout does on a real CPU)" if tcg else ""),
-        "",
-        *present.md_table(["workload", "unit", "vanilla", "app-specific (optimized-WORKLOAD)", "speedup [95% CI]", "GCC used the profile"], table,
-                          [False, False, True, True, False, False]),
-    ]
-    if s["studies"]:
-        # Every kernel on every workload it was measured on: the universal and cross-application studies.
-        table = []
-        for label in [k for k in results["kernels"] if k != "vanilla"]:
-            cells = []
-            for n in s["workloads"]:
-                row = next((r for r in (results["workloads"].get(n) or {}).get("summary", []) if r["kernel"] == label), None)
-                cells.append(_ci(row) if row else "–")
-            g = results["geomean"].get(label)
-            table.append([label, *cells, _ci(g, "speedup") if g else "–"])
-        lines += ["", f"### Studies: {', '.join(s['studies'])} (speedup over vanilla [95% CI])", "",
-                  *present.md_table(["kernel", *s["workloads"], "geomean"], table, [False] * (len(s["workloads"]) + 2))]
-    sizes = ("functions_size", "text_span", "objects_text", "text_hot", "text_unlikely", "bzimage", "vmlinux_text")
-    table = [[v, fmt_secs(info["seconds"]), *(present.size(info["sizes"].get(k)) for k in sizes)] for v, info in b.items()]
-    lines += [
-        "",
-        present.md_escape(present.footnote()) + f"; {present.md_escape(present.interval_text(results))}.",
-        "",
-        "## Builds",
-        "",
-        *present.md_table(["build", "build time", "functions", "text span", "objects' .text*", ".text.hot", ".text.unlikely", "bzImage",
-                           ".text section (padded)"], table, [False] + [True] * (1 + len(sizes))),
-    ]
-    lines += ["", "Sizes in bytes. Functions: vmlinux's function symbols (`nm -S`) summed, each address once; text span: "
-              "from _stext to the end of the last function in .text below the entry text (2 MiB-aligned); objects' .text* (which includes .text.hot and "
-              ".text.unlikely): summed over the objects linked into vmlinux (the linker folds them into .text); "
-              ".text section: vmlinux's, padded to 2 MiB by the linker script, not the code size.", ""]
-    for n, w in s["workloads"].items():
-        c = w["profile"]["collected"]
-        pr = w["proof"]
-        lines += [
-            f"## {n}",
-            "",
-            f"Parameters: `{json.dumps(w['params'], sort_keys=True)}`",
-            "",
-            f"Profile: {c['files']} .gcda files, counter sum {c['arcs_sum']:,}, collected at {c['throughput']:.0f} {w['unit']}; "
-            f"gcov version {c['gcov_version']}; object summary added by `kpgo profile fix` (the kernel does not write it; "
-            "GCC ≥ 9 ignores a .gcda without it).",
-            "",
-            f"Proof that GCC used the profile: read in **{pr['objects_used']} of {pr['objects_nonempty']}** objects with a non-empty "
-            f"profile (**{pr['ratio']:.1%}**, threshold {pr['threshold']:.0%}); functions with counts read: {pr['functions_read']}, "
-            f"functions where GCC gave up: {pr['functions_giving_up']}. Method: {pr['method']}."
-            + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(pr['profiled_but_not_built'])}."
-               if pr.get("profiled_but_not_built") else ""),
-            "",
-            proof.format_values(pr.get("values")) + ".",
-            "",
-        ]
-    lines += ["## Bench", "", "```", bench.format_table(results), "```", ""]
-    lines += ["Phases: " + ", ".join(f"{k} {fmt_secs(v)}" for k, v in s["phases_seconds"].items()) + f"; total {fmt_secs(s['total_seconds'])}.", ""]
-    return "\n".join(lines)
+    return summary.markdown(run, results)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kpgo import atomic, bench, inputs, pipeline, variants, vm, workloads
+from kpgo import atomic, bench, pipeline, records, variants, vm, workloads
 from kpgo.errors import UserError
 from kpgo.guest.contract import Workload
 from kpgo.remote import Remote
@@ -29,12 +29,12 @@ from kpgo.report import present
 
 def run_options(run_dir: Path) -> pipeline.RunOptions:
     """The request of the finished run in run_dir, to extend it exactly as it was started."""
-    run = inputs.read_json(run_dir / "run.json", "re-run `kpgo run --dir RUN_DIR` to rewrite it (cached steps are kept)", dict, missing_ok=True)
+    run = records.Run.read(run_dir / "run.json")
     if run is None:
         raise UserError(f"{run_dir} holds no finished kpgo run (no run.json)", "run `kpgo run --dir RUN_DIR` first")
-    if not isinstance(run.get("request"), dict):
+    if run.request is None:
         raise UserError(f"{run_dir / 'run.json'} was written by an older kpgo (no request)", "re-run `kpgo run --dir RUN_DIR` (cached steps are kept)")
-    return pipeline.RunOptions.from_json(run["request"], run_dir)
+    return pipeline.RunOptions.from_json(run.request, run_dir)
 
 
 def _builder(run_dir: Path, cluster: Remote | None = None) -> pipeline.Builder:
@@ -150,7 +150,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
     cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]
     res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim, cluster=cluster)
-    table = compiler_table(res, plan, {label: m["sizes"] for label, m in builds.items()})
+    table = compiler_table(res, plan, {label: records.Build.from_json(m, run_dir / "builds" / label / "build.json").sizes for label, m in builds.items()})
     atomic.write_json(out / "compiler.json", table)
     return table, res
 

@@ -52,6 +52,7 @@ from kpgo.gcov.gcda import (
     version_text,
 )
 from kpgo.gcov.image import gcda_rels, read_file, read_image
+from kpgo.records import PROFILE_SHAPE  # what kpgo reads of a profile.json: its home is kpgo.records (the Profile record)
 
 PROFILE_JSON = "profile.json"
 # The kernel's gcov code runs the counter reset and the snapshot, not the workload, and exists only in the instrumented
@@ -96,11 +97,6 @@ def read_profile_file(src: Path, rel: Path) -> Gcda:
     return parse_gcda(read_file(path), path)
 
 
-# What kpgo reads of a profile.json (kpgo collect, profile fix and merge write it): the collection it describes, or a
-# merged profile's inputs. Other keys are kept and passed on untouched.
-PROFILE_SHAPE = {"kind?": str, "config_name?": (str, None), "kernel_release?": (str, None), "build_key?": str, "collected_at?": str,
-                 "accelerator?": (str, None), "workload?": ({"client?": (str, None), "params?": dict}, str, None),
-                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}}
 PROFILE_JSON_HINT = "repair or remove it (`kpgo collect` and `kpgo profile fix` write it)"
 
 

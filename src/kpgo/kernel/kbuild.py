@@ -22,6 +22,7 @@ from kpgo.kernel import bolt, codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
 from kpgo.progress import Progress, fmt_secs, say
+from kpgo.records import BUILD_SHAPE  # what kpgo reads of a build.json: its home is kpgo.records (the Build record)
 from kpgo.variants import Variant
 
 RECIPE = 3  # bump when the way kpgo builds changes, so cached builds are redone
@@ -174,9 +175,6 @@ def build_key(req: BuildRequest) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-# What kpgo reads of a build.json (build() writes it); other keys are passed on as they are.
-BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir?": str, "config_name?": (str, None),
-               "config_hash?": str, "gcc?": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict}
 
 
 def read_build_json(out: Path) -> dict | None:

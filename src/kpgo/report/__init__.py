@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kpgo.records import KernelInfo
 from kpgo.report.model import Report, Section, Skipped
+
+if TYPE_CHECKING:
+    from kpgo.report.load import RunData
 
 FILES = ("report.html", "report.md", "report.json")
 
@@ -39,10 +43,10 @@ def generate(run_dir: Path, out_dir: Path, compare: Path | None = None) -> Repor
     return Report(title=_title(data), run_dir=data.shown(data.run_dir.resolve()) or str(data.run_dir), sections=built, skipped=skipped)
 
 
-def _title(data: Any) -> str:
-    kern = (data.run or {}).get("kernel") or {}
+def _title(data: RunData) -> str:
+    kern = data.run.kernel if data.run else KernelInfo()
     names = data.workload_names()
-    what = " ".join(x for x in (kern.get("config"), "kernel", kern.get("version")) if x)
+    what = " ".join(x for x in (kern.config, "kernel", kern.version) if x)
     return f"kpgo report: {what}" + (f", workloads {', '.join(names)}" if names else "")
 
 

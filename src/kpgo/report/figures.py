@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kpgo.records import Stat
 from kpgo.report import present
 
 DPI = 100
@@ -25,16 +26,14 @@ class Cell:
     star: bool = False
 
     @classmethod
-    def of(cls, row: dict[str, Any] | None, key: str = "ratio") -> Cell | None:
+    def of(cls, row: Stat | Mapping[str, Any] | None, key: str = "ratio") -> Cell | None:
         """From a results.json row (summary, sim metric or geomean); None when it has no value."""
-        if not row or row.get(key) is None:
+        if not row:
             return None
-        v = float(row[key])
-        if math.isnan(v):
+        s = present.stat(row, key)
+        if s.ratio is None or math.isnan(s.ratio):
             return None
-        lo = row.get("ci_low")
-        hi = row.get("ci_high")
-        return cls(v, math.nan if lo is None else float(lo), math.nan if hi is None else float(hi), present.no_difference(row))
+        return cls(s.ratio, math.nan if s.ci_low is None else s.ci_low, math.nan if s.ci_high is None else s.ci_high, present.no_difference(s))
 
 
 def _figure(width: float, height: float) -> Any:

@@ -1,4 +1,4 @@
-"""One-line statements of how numbers were measured, from results' "measurement", "host" and "design" keys.
+"""One-line statements of how numbers were measured, from the results' measurement, host and design (kpgo.records).
 
 Every table and figure carries one: a TCG wall-clock ratio and a KVM one mean different things."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kpgo.records import Measurement, Results, Run
 from kpgo.report import present
 
 ACCELERATORS = {
@@ -17,47 +18,54 @@ ACCELERATORS = {
 }
 
 
-def accelerator(res: dict[str, Any] | None, run: dict[str, Any] | None = None) -> str:
+def accelerator(res: Results | None, run: Run | None = None) -> str:
     """'KVM', 'QEMU TCG (software emulation)', 'bare metal' or 'unknown accelerator'."""
-    for src in ((res or {}).get("measurement"), (res or {}).get("host"), (run or {}).get("host")):
-        a = (src or {}).get("accelerator")
+    for a in (res and res.measurement.accelerator, res and res.host and res.host.accelerator, run and run.host and run.host.accelerator):
         if a:
-            return ACCELERATORS.get(str(a).lower(), str(a))
+            return named(a)
     return "unknown accelerator"
 
 
-def short_accelerator(res: dict[str, Any] | None, run: dict[str, Any] | None = None) -> str:
+def named(accel: str) -> str:
+    """An accelerator as recorded ("tcg") as the report names it."""
+    return ACCELERATORS.get(accel.lower(), accel)
+
+
+def short_accelerator(res: Results | None, run: Run | None = None) -> str:
     return accelerator(res, run).split(" (")[0]
 
 
-def guests(res: dict[str, Any] | None, run: dict[str, Any] | None = None) -> str:
-    a = accelerator(res, run)
+def guests(res: Results | None, run: Run | None = None, accel: str | None = None) -> str:
+    """'in guests under KVM' or 'on bare metal': the results' accelerator, or `accel` as named()."""
+    a = accel or accelerator(res, run)
     return "on bare metal" if a == "bare metal" else f"in guests under {a}"
 
 
-def under(res: dict[str, Any] | None, run: dict[str, Any] | None = None) -> str:
+def under(res: Results | None, run: Run | None = None) -> str:
     """'under QEMU TCG', 'under KVM' or 'on bare metal' (short, for alt texts)."""
     a = short_accelerator(res, run)
     return "on bare metal" if a == "bare metal" else f"under {a}"
 
 
-def design_brief(res: dict[str, Any]) -> str:
-    d = res.get("design") or {}
-    b, r = d.get("boots_per_kernel", "?"), d.get("runs_per_boot", "?")
-    warm = ", warm-up discarded" if d.get("warmup_per_boot", True) else ""
-    return f"{b} boots per kernel and workload × {r} run(s) per boot{warm}; unit of replication: {d.get('unit_of_replication', 'boot')}"
+def design_brief(res: Results) -> str:
+    d = res.design
+    b = "?" if d.boots_per_kernel is None else d.boots_per_kernel
+    r = "?" if d.runs_per_boot is None else d.runs_per_boot
+    warm = ", warm-up discarded" if d.warmup_per_boot is not False else ""
+    unit = "boot" if d.unit_of_replication is None else d.unit_of_replication
+    return f"{b} boots per kernel and workload × {r} run(s) per boot{warm}; unit of replication: {unit}"
 
 
-def wall(res: dict[str, Any], run: dict[str, Any] | None = None) -> str:
-    clock = (res.get("measurement") or {}).get("clock") or "wall-clock"
-    cpu = (res.get("host") or {}).get("cpu") or ((run or {}).get("host") or {}).get("cpu") or "unknown CPU"
+def wall(res: Results, run: Run | None = None) -> str:
+    clock = res.measurement.clock or "wall-clock"
+    cpu = (res.host and res.host.cpu) or (run and run.host and run.host.cpu) or "unknown CPU"
     return (f"Measured: {clock} throughput of each workload's load generator {guests(res, run)} on {cpu}; "
             f"{design_brief(res)}; {present.interval_text(res)}.")
 
 
-def sim_model(res: dict[str, Any]) -> str:
+def sim_model(m: Measurement) -> str:
     """The simulated caches as a phrase, from the sim settings recorded with the results."""
-    s = (res.get("measurement") or {}).get("sim") or {}
+    s = m.sim or {}
     parts = []
     if s.get("l1i_size"):
         parts.append(f"L1i {_bytes(s['l1i_size'])} {s.get('l1i_assoc', '?')}-way, {s.get('l1i_line', '?')} B lines")
@@ -68,8 +76,7 @@ def sim_model(res: dict[str, Any]) -> str:
     if s.get("warm"):
         parts.append("simulated also between windows, so each window starts warm")
     if s.get("icount") is not None:
-        clocks = (res.get("measurement") or {}).get("icount") or {}
-        host = sorted(w for w, v in clocks.items() if v is None)
+        host = sorted(w for w, v in m.icount.items() if v is None)
         parts.append(f"guest clock from the instruction count ({2 ** s['icount']} ns each, QEMU -icount shift={s['icount']})"
                      + (f", except on the host's clock for {', '.join(host)} (more than one vCPU)" if host else ""))
     elif "icount" in s:
@@ -77,9 +84,9 @@ def sim_model(res: dict[str, Any]) -> str:
     return "; ".join(parts) or "settings not recorded"
 
 
-def ops_how(res: dict[str, Any]) -> str:
+def ops_how(res: Results) -> str:
     """How the per-operation divisor was obtained, from the methods recorded with the results."""
-    methods = {m for ms in ((res.get("measurement") or {}).get("ops_methods") or {}).values() for m in ms}
+    methods = {m for ms in (res.measurement.ops_methods or {}).values() for m in ms}
     if methods == {"count"}:
         return "the exact operation count each load generator reports or runs"
     if "count" in methods:
@@ -87,14 +94,14 @@ def ops_how(res: dict[str, Any]) -> str:
     return "operations estimated from each load step's time and rate"
 
 
-def sim(res: dict[str, Any], run: dict[str, Any] | None = None) -> str:
-    return (f"Measured: simulated counters (not wall-clock) — guest instructions and misses of a simulated {sim_model(res)}, "
+def sim(res: Results, run: Run | None = None) -> str:
+    return (f"Measured: simulated counters (not wall-clock) — guest instructions and misses of a simulated {sim_model(res.measurement)}, "
             f"counted by kpgo's QEMU plugin over the measured window, per operation ({ops_how(res)}; docs/SIM.md), {guests(res, run)}; "
             f"{design_brief(res)}; {present.interval_text(res)}.")
 
 
-def has_sim(res: dict[str, Any] | None) -> bool:
-    return res is not None and any((w.get("sim") or {}) for w in res["workloads"].values())
+def has_sim(res: Results | None) -> bool:
+    return res is not None and res.has_sim
 
 
 def _bytes(n: Any) -> str:

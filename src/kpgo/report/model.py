@@ -23,7 +23,14 @@ class Figure:
     png: bytes
 
 
-Block = str | Table | Figure  # a str is a paragraph
+@dataclass
+class Preformatted:
+    """Text shown as it is, in fixed-width lines (the bench's terminal tables in summary.md)."""
+
+    text: str
+
+
+Block = str | Table | Figure | Preformatted  # a str is a paragraph
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """How kpgo shows its numbers, wherever it shows them: the terminal tables of `kpgo bench` (kpgo.bench.format_table),
-RUN/summary.md (kpgo.pipeline) and the report (kpgo.report.sections, .render, .figures) all take from here:
+RUN/summary.md (kpgo.report.summary) and the report (kpgo.report.sections, .render, .figures) all take from here:
 
 - a ratio with its 95% CI, the '*' that marks a CI including 1.0 (no difference shown) and the footnote saying so;
 - measured values, shares and sizes;
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from kpgo.records import Results, Stat
 from kpgo.report.model import Table
 
 
@@ -66,26 +68,34 @@ def ci(lo: Any, hi: Any, method: str | None = None) -> str:
     return f"[{float(lo):.3f}, {float(hi):.3f}]"
 
 
-def interval_text(results: dict[str, Any] | None) -> str:
+def interval_text(results: Results | Mapping[str, Any] | None) -> str:
     """How a bench's intervals were computed, as its results.json says (kpgo.stats.METHOD_TEXT since it says so)."""
-    text = ((results or {}).get("design") or {}).get("interval")
+    text = results.design.interval if isinstance(results, Results) else ((results or {}).get("design") or {}).get("interval")
     return text if isinstance(text, str) and text else BOOTSTRAP_TEXT
 
 
-def no_difference(row: dict[str, Any]) -> bool:
+def stat(row: Stat | Mapping[str, Any], key: str = "ratio") -> Stat:
+    """A ratio of results.json as a Stat (the bench's terminal tables hand its dicts); key "speedup": the speedup
+    as its ratio."""
+    s = row if isinstance(row, Stat) else Stat.from_json(dict(row))
+    return replace(s, ratio=s.speedup) if key == "speedup" else s
+
+
+def no_difference(row: Stat | Mapping[str, Any]) -> bool:
     """Whether a ratio of results.json (a summary row, a simulated metric, a geometric mean) gets the mark: the bench
     stored whether its CI includes 1.0 (kpgo.stats.includes_one); a row without that verdict shows no difference."""
-    return bool(row.get("ci_includes_1", True))
+    return bool(stat(row).ci_includes_1)
 
 
-def mark(row: dict[str, Any], pad: bool = False) -> str:
+def mark(row: Stat | Mapping[str, Any], pad: bool = False) -> str:
     """'*' when the row's CI includes 1.0; else nothing, or a space (pad) to keep terminal columns aligned."""
     return MARK if no_difference(row) else " " if pad else ""
 
 
-def ratio_ci(row: dict[str, Any], key: str = "ratio", pad: bool = False) -> str:
+def ratio_ci(row: Stat | Mapping[str, Any], key: str = "ratio", pad: bool = False) -> str:
     """'1.127 [1.051, 1.211]', with the mark when the CI includes 1.0 (or a space instead, with pad)."""
-    return f"{ratio(row.get(key))} {ci(row.get('ci_low'), row.get('ci_high'), row.get('ci_method'))}{mark(row, pad)}"
+    s = stat(row, key)
+    return f"{ratio(s.ratio)} {ci(s.ci_low, s.ci_high, s.ci_method)}{mark(s, pad)}"
 
 
 def footnote(interval: str = "95% CI", meaning: str = NO_DIFFERENCE) -> str:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from kpgo import __version__
-from kpgo.report.model import Figure, Report, Section, Table
+from kpgo.report.model import Figure, Preformatted, Report, Section, Table
 from kpgo.report.present import html_escape, html_table, md_cell, md_escape, md_table
 
 CSS = """
@@ -60,6 +61,8 @@ def html_page(r: Report) -> str:
             elif isinstance(b, Figure):
                 fig_no += 1
                 body.append(_figure_html(b, fig_no))
+            elif isinstance(b, Preformatted):
+                body.append(f"<pre>{html_escape(b.text)}</pre>")
             else:
                 body.append(f"<p>{html_escape(b)}</p>")
         body.append("</section>")
@@ -76,9 +79,13 @@ def _table_md(t: Table) -> list[str]:
     return [f"*{md_cell(t.caption)}*", "", *table, ""]
 
 
-def markdown(r: Report) -> str:
-    lines = [f"# {r.title}", "", f"Run directory: `{r.run_dir}` · kpgo {__version__} · figures in report.html", "",
-             md_escape(r.skipped_line()), ""]
+def markdown(r: Report, intro: Sequence[str] | None = None) -> str:
+    """The report in Markdown; `intro`: the paragraphs under the title instead of the report's (its run directory,
+    kpgo's version, the skipped sections), for another view of the same model (kpgo.report.summary)."""
+    head = [f"Run directory: `{r.run_dir}` · kpgo {__version__} · figures in report.html", md_escape(r.skipped_line())] if intro is None else intro
+    lines = [f"# {r.title}", ""]
+    for p in head:
+        lines += [p, ""]
     fig_no = 0
     for s in r.sections:
         lines += [f"## {s.number}. {s.title}", "", f"> {md_escape(s.measured)}", ""]
@@ -88,6 +95,8 @@ def markdown(r: Report) -> str:
             elif isinstance(b, Figure):
                 fig_no += 1
                 lines += [f"Figure {fig_no} (in report.html): {md_escape(b.caption)}", ""]
+            elif isinstance(b, Preformatted):
+                lines += ["```", b.text, "```", ""]
             else:
                 lines += [md_escape(b), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -100,6 +109,7 @@ def _section_json(s: Section) -> dict[str, Any]:
         "figures": [{"id": b.id, "caption": b.caption, "alt": b.alt, "png_bytes": len(b.png),
                      "png_sha256": hashlib.sha256(b.png).hexdigest()} for b in s.blocks if isinstance(b, Figure)],
         "paragraphs": [b for b in s.blocks if isinstance(b, str)],
+        **({"preformatted": [b.text for b in s.blocks if isinstance(b, Preformatted)]} if any(isinstance(b, Preformatted) for b in s.blocks) else {}),
     }
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kpgo import bench
+from kpgo.records import Host, KernelEntry, Results, Run, RunBuild, Stat, WorkloadResults
 from kpgo.report import figures, measure, present
 from kpgo.report.figures import Cell
 from kpgo.report.load import RunData
@@ -69,24 +71,20 @@ class Context:
         return self._nm[vmlinux]
 
 
-def kernel_order(res: dict[str, Any]) -> list[str]:
+def kernel_order(res: Results) -> list[str]:
     """Baseline, then the app-specific kernels in workload order, then the rest as they first appear."""
-    seen: list[str] = [res["baseline"]]
-    for w in res["workloads"].values():
-        for k in list(w.get("kernels") or []) + [r["kernel"] for r in w["summary"]]:
+    seen: list[str] = [res.baseline]
+    for w in res.workloads.values():
+        for k in [*w.kernels, *(str(r.kernel) for r in w.summary)]:
             if k not in seen:
                 seen.append(k)
-    own = [f"optimized-{w}" for w in res["workloads"] if f"optimized-{w}" in seen]
+    own = [f"optimized-{w}" for w in res.workloads if f"optimized-{w}" in seen]
     return [seen[0]] + own + [k for k in seen[1:] if k not in own]
 
 
-def rows_by_kernel(w: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {r["kernel"]: r for r in w["summary"]}
-
-
-def speedup_of(row: dict[str, Any]) -> dict[str, Any]:
-    """A summary row with 'ratio' meaning the speedup (> 1 better), whichever key the bench filled."""
-    return {**row, "ratio": row.get("speedup", row.get("ratio"))}
+def raw_sim(w: WorkloadResults) -> dict[str, dict[str, Any]]:
+    """A workload's simulated metrics as results.json has them (report.json passes them on)."""
+    return {k: {m: s.raw for m, s in ms.items()} for k, ms in w.sim.items()}
 
 
 def _kv_table(caption: str, rows: list[tuple[str, Any]]) -> Table:
@@ -104,93 +102,91 @@ def _flags(flags: list[str] | None) -> str:
 def header(ctx: Context) -> Section | Skipped:
     d = ctx.data
     res, run = d.results, d.run
-    kern = dict((run or {}).get("kernel") or {})
+    kern = dict(run.kernel.raw) if run else {}
     if kern.get("source"):
         kern["source"] = d.shown(kern["source"])
-    releases = sorted({k.get("kernel_release") for k in ((res or {}).get("kernels") or {}).values() if k.get("kernel_release")})
+    releases = sorted({k.kernel_release for k in (res.kernels.values() if res else ()) if k.kernel_release})
     kern.setdefault("version", ", ".join(releases) or None)
-    host = dict((res or {}).get("host") or (run or {}).get("host") or {})
+    host = (res and res.host) or (run and run.host) or Host()
     accel = measure.accelerator(res, run)
-    sim = ((res or {}).get("measurement") or {}).get("sim")
+    sim = res.measurement.sim if res else None
     blocks: list[Any] = [
         _kv_table("Kernel", [("version", kern.get("version")), ("base config", kern.get("config")), ("source", kern.get("source"))]),
-        _kv_table("Host", [("CPU", host.get("cpu")), ("accelerator", accel), ("QEMU", host.get("qemu")),
-                           ("host kernel", host.get("host_kernel")), ("gcc", host.get("gcc"))]),
+        _kv_table("Host", [("CPU", host.cpu), ("accelerator", accel), ("QEMU", host.qemu), ("host kernel", host.host_kernel), ("gcc", host.gcc)]),
     ]
-    data: dict[str, Any] = {"kernel": kern, "host": host, "accelerator": accel}
+    data: dict[str, Any] = {"kernel": kern, "host": dict(host.raw), "accelerator": accel}
     if res is not None:
-        des = dict(res.get("design") or {})
-        seq = des.pop("sequence", None) or []
-        order = des.get("order") or "–"
-        if des.get("order_name") and des["order_name"] not in str(order):
-            order = f"{order} [{des['order_name']}]"
+        des = res.design
+        order = des.order or "–"
+        if des.order_name and des.order_name not in str(order):
+            order = f"{order} [{des.order_name}]"
         blocks.append(_kv_table("Design (bench/results.json)", [
-            ("baseline", res["baseline"]), ("order", order), ("seed", des.get("seed")),
-            ("boots per kernel and workload", des.get("boots_per_kernel")), ("runs per boot", des.get("runs_per_boot")),
-            ("warm-up discarded", None if "warmup_per_boot" not in des else "yes, every boot" if des["warmup_per_boot"] else "no"),
-            ("unit of replication", des.get("unit_of_replication")), ("boots in total", len(seq) or None),
-            ("clock", (res.get("measurement") or {}).get("clock")),
-            ("simulated counters", measure.sim_model(res) if sim else "none"),
-            *([("hosts", bench.hosts_line(res).removeprefix("on "))] if res.get("hosts") else []),
+            ("baseline", res.baseline), ("order", order), ("seed", des.seed),
+            ("boots per kernel and workload", des.boots_per_kernel), ("runs per boot", des.runs_per_boot),
+            ("warm-up discarded", None if des.warmup_per_boot is None else "yes, every boot" if des.warmup_per_boot else "no"),
+            ("unit of replication", des.unit_of_replication), ("boots in total", des.boots or None),
+            ("clock", res.measurement.clock),
+            ("simulated counters", measure.sim_model(res.measurement) if sim else "none"),
+            *([("hosts", bench.hosts_line(res.raw).removeprefix("on "))] if res.hosts else []),
         ]))
-        if res.get("hosts"):
+        if res.hosts:
             per_host_blocks, per_host = _per_host(res)
             blocks += per_host_blocks
             data["per_host"] = per_host
-        kernels = {k: (dict(v) | {"build_dir": d.shown(v["build_dir"])} if isinstance(v, dict) and v.get("build_dir") else v)
-                   for k, v in (res.get("kernels") or {}).items()}
+        kernels = {k: (v.raw | {"build_dir": d.shown(v.build_dir)} if v.build_dir else v.raw) for k, v in res.kernels.items()}
+        entries = {k: replace(v, build_dir=d.shown(v.build_dir)) for k, v in res.kernels.items()}
         blocks.append(Table("Kernels compared", ["label", "variant", "flags beyond -O2 and the profile's", "release", "build directory"],
-                            [[k, str((kernels.get(k) or {}).get("variant", "–")), _flags((kernels.get(k) or {}).get("flags")),
-                              str((kernels.get(k) or {}).get("kernel_release", "–")), str((kernels.get(k) or {}).get("build_dir", "–"))]
-                             for k in kernel_order(res)],
+                            [[k, e.variant or "–", _flags(e.flags), e.kernel_release or "–", "–" if e.build_dir is None else e.build_dir]
+                             for k in kernel_order(res) for e in [entries.get(k) or KernelEntry()]],
                             [False] * 5))
-        data |= {"design": des | {"boots_total": len(seq)}, "measurement": res.get("measurement"), "baseline": res["baseline"],
-                 "kernels": kernels}
+        data |= {"design": {k: v for k, v in des.raw.items() if k != "sequence"} | {"boots_total": des.boots},
+                 "measurement": res.raw.get("measurement"), "baseline": res.baseline, "kernels": kernels}
     wl_rows = []
     wl_data: dict[str, Any] = {}
     for name in d.workload_names():
-        w = ((res or {}).get("workloads") or {}).get(name) or ((run or {}).get("workloads") or {}).get(name) or {}
-        hib = w.get("higher_is_better")
-        wl_rows.append([name, str(w.get("unit", "–")), "–" if hib is None else ("higher" if hib else "lower"),
-                        json.dumps(w.get("params") or {}, sort_keys=True)])
-        wl_data[name] = {"unit": w.get("unit"), "higher_is_better": hib, "params": w.get("params")}
+        rw = res.workloads.get(name) if res else None
+        ww = run.workloads.get(name) if run else None
+        unit, hib, params = (rw.unit, rw.higher_is_better, rw.params) if rw else (ww.unit, None, ww.params) if ww else (None, None, None)
+        wl_rows.append([name, "–" if unit is None else unit, "–" if hib is None else ("higher" if hib else "lower"),
+                        json.dumps(params or {}, sort_keys=True)])
+        wl_data[name] = {"unit": unit, "higher_is_better": hib, "params": params}
     if wl_rows:
         blocks.append(Table("Workloads", ["workload", "unit", "better", "parameters"], wl_rows, [False] * 4))
     data["workloads"] = wl_data
-    if res is not None and res.get("note"):
-        blocks.append(str(res["note"]))
-        data["note"] = res["note"]
+    if res is not None and res.note:
+        blocks.append(res.note)
+        data["note"] = res.note
     how = f"Guests under {accel}" if accel != "bare metal" else "Bare metal"
     how += "; wall-clock throughput" + ("; simulated counters" if sim else "") if res is not None else "; no bench results"
     return Section(HEADER, how + ".", blocks, data)
 
 
-def _per_host(res: dict[str, Any]) -> tuple[list[Table | Figure], list[dict[str, Any]]]:
+def _per_host(res: Results) -> tuple[list[Table | Figure], list[dict[str, Any]]]:
     """On a cluster: each cell's boots per host and, within the host, its ratio to the baseline on the headline metric
     (each round is whole on one host, so a host holds every kernel of its rounds), as a table and as bars: a host
     that differs shows here."""
-    sim = measure.has_sim(res) and all(s.get("sim_per_op") for s in res["samples"])
+    sim = measure.has_sim(res) and all(s.sim_per_op for s in res.samples)
     metric = "kernel_insns_per_op" if sim else "mean"
     title = present.metric_title(metric, short=True) if sim else "wall-clock mean"
-    hosts = res.get("hosts") or {}
+    hosts = res.hosts
     cells: dict[tuple[str, str, str], list[float]] = {}
-    for smp in res["samples"]:
-        node = str((smp.get("host") or {}).get("node_id"))
-        value = smp["sim_per_op"][metric] if sim else smp["mean"]
-        cells.setdefault((smp["workload"], node, smp["kernel"]), []).append(float(value))
+    for smp in res.samples:
+        node = str((smp.host or {}).get("node_id"))
+        value = (smp.sim_per_op or {})[metric] if sim else smp.mean
+        cells.setdefault((smp.workload, node, smp.kernel), []).append(float(value))
     order = kernel_order(res)
+    base = res.baseline
     rows: list[list[str]] = []
     data: list[dict[str, Any]] = []
     for (wl, node, kernel), values in sorted(cells.items(), key=lambda c: (c[0][0], c[0][1], order.index(c[0][2]) if c[0][2] in order else len(order))):
         mean = sum(values) / len(values)
-        base = cells.get((wl, node, res["baseline"]))
-        ratio = mean / (sum(base) / len(base)) if base and sum(base) else None
+        on_base = cells.get((wl, node, base))
+        ratio = mean / (sum(on_base) / len(on_base)) if on_base and sum(on_base) else None
         name = f"{(hosts.get(node) or {}).get('hostname', '?')} [{node[:8]}]"
         rows.append([wl, name, kernel, str(len(values)), present.num(mean), present.ratio(ratio)])
         data.append({"workload": wl, "node_id": node, "kernel": kernel, "boots": len(values), "mean": mean, "ratio_within_host": ratio})
     caption = (f"Per host (each round whole on one host): {title} of each cell's boots on that host, and its ratio to "
-               f"{res['baseline']} on the same host; a host whose ratios differ from the others' is what host-to-host spread looks like")
-    base = res["baseline"]
+               f"{base} on the same host; a host whose ratios differ from the others' is what host-to-host spread looks like")
     blocks: list[Table | Figure] = [Table(caption, ["workload", "host", "kernel", "boots", title, f"ratio to {base}"], rows,
                                           [False, False, False, True, True, True])]
     host_name = {n: f"{(hosts.get(n) or {}).get('hostname', '?')} [{n[:8]}]" for n in dict.fromkeys(r["node_id"] for r in data)}
@@ -212,49 +208,49 @@ def _per_host(res: dict[str, Any]) -> tuple[list[Table | Figure], list[dict[str,
 def headline(ctx: Context) -> Section | Skipped:
     """The three questions a user asks first, each one sentence and one figure: did GCC use the profile; how much
     less work per operation does the kernel do (simulated counters on TCG, wall-clock with KVM); how was it measured."""
-    res, run = ctx.data.results, ctx.data.run or {}
-    proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
-              if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
+    res, run = ctx.data.results, ctx.data.run
+    proofs = run.proofs() if run else {}
     if res is None and not proofs:
         return Skipped(HEADLINE, "no bench/results.json and no proof in run.json")
     blocks: list[Any] = []
     data: dict[str, Any] = {}
     # 1. Did GCC use the profile?
     if proofs:
-        ratios = {n: float(p.get("ratio") or 0.0) for n, p in proofs.items()}
-        ok = all(p.get("ok") for p in proofs.values())
+        ratios = {n: p.ratio or 0.0 for n, p in proofs.items()}
+        ok = all(p.ok for p in proofs.values())
         lo = min(ratios, key=lambda n: ratios[n])
+        threshold = next(iter(proofs.values())).threshold or 0.95
         blocks.append(f"Did GCC use the profile? {'Yes' if ok else 'Not everywhere'}: in each of the {len(proofs)} optimized "
                       f"build(s), GCC's own profile dump shows it read the counts of at least {ratios[lo]:.1%} of the objects "
-                      f"with a non-empty profile (lowest: {lo}; a build below {float(next(iter(proofs.values())).get('threshold') or 0.95):.0%} "
+                      f"with a non-empty profile (lowest: {lo}; a build below {threshold:.0%} "
                       f"fails; section {PROOF.number}).")
         blocks.append(Figure(f"{HEADLINE.id}-proof", "Share of the objects with a non-empty profile whose counts GCC read, per "
                              "optimized build. Measured: GCC's own -fdump-ipa-profile dumps at build time, object by object; "
                              "no guest involved, so it holds alike for KVM, TCG or bare metal.",
                              "Bar chart: objects whose gcov profile GCC read, per optimized build",
                              figures.fraction_bars(list(ratios), list(ratios.values()), title="Objects whose profile GCC read",
-                                                   xlabel="share of objects with a non-empty profile",
-                                                   threshold=float(next(iter(proofs.values())).get("threshold") or 0.95))))
-        data["proof"] = {n: {"ratio": r, "ok": bool(proofs[n].get("ok"))} for n, r in ratios.items()}
+                                                   xlabel="share of objects with a non-empty profile", threshold=threshold)))
+        data["proof"] = {n: {"ratio": r, "ok": bool(proofs[n].ok)} for n, r in ratios.items()}
     if res is None:
         return Section(HEADLINE, "No bench results: only the proof.", blocks, data)
-    base = res["baseline"]
-    wls = list(res["workloads"])
-    simulated_headline = measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated"
+    base = res.baseline
+    wls = list(res.workloads)
+    simulated_headline = headline_metric(res) is not None
+    per_boot: dict[tuple[str, str], list[float]]
     # 2. How much less work per operation?
     if simulated_headline:
-        how = measure.sim(res, ctx.data.run)
-        geo = res.get("sim_own_geomean") or bench.own_sim_geomean(res)
-        own = {n: (res["workloads"][n].get("sim") or {}).get(f"optimized-{n}") for n in wls}
+        how = measure.sim(res, run)
+        geo = res.sim_own_geomean()
+        own = {n: res.workloads[n].sim.get(f"optimized-{n}") for n in wls}
         parts = [f"{present.metric_title(k)} ×{present.ratio_ci(geo[k])}" for k in bench.SIM_HEADLINE if k in geo]
         ranges = []
         for k in bench.SIM_HEADLINE[:2]:
-            vals = {n: o[k]["ratio"] for n, o in own.items() if o and k in o}
+            vals = {n: r for n, o in own.items() if o and k in o and (r := o[k].ratio) is not None}
             if vals:
                 a, b = min(vals, key=lambda n: vals[n]), max(vals, key=lambda n: vals[n])
                 ranges.append(f"{present.metric_title(k)} from ×{present.ratio(vals[a])} ({a}) to ×{present.ratio(vals[b])} ({b})")
         blocks.append(f"How much less work does the kernel do per operation? On its own workload, the app-specific kernel "
-                      f"relative to {base}, geometric mean over {len(next(iter(geo.values()))['workloads']) if geo else 0} workload(s): "
+                      f"relative to {base}, geometric mean over {len(next(iter(geo.values())).workloads) if geo else 0} workload(s): "
                       + ("; ".join(parts) or "–") + (". Per workload: " + "; ".join(ranges) if ranges else "")
                       + f". (< 1: fewer events; {present.footnote(meaning='')}.)")
         panels = []
@@ -273,20 +269,19 @@ def headline(ctx: Context) -> Section | Skipped:
                                  figures.bar_panels(panels, groups, ["app-specific"],
                                                     title=f"App-specific kernel relative to {base}, per operation (simulated)",
                                                     ylabel=f"ratio to {base}")))
-        data["work"] = {"metric": "simulated", "geomean": geo, "workloads": {n: {k: o.get(k) for k in bench.SIM_HEADLINE} for n, o in own.items() if o}}
+        data["work"] = {"metric": "simulated", "geomean": {k: g.raw for k, g in geo.items()},
+                        "workloads": {n: {k: o[k].raw if k in o else None for k in bench.SIM_HEADLINE} for n, o in own.items() if o}}
         metric_key = bench.SIM_HEADLINE[0]
         metric_label = present.metric_title(metric_key)
-        per_boot: dict[tuple[str, str], list[float]] = {
-            (x["workload"], "vanilla" if x["kernel"] == base else "app-specific"): [] for x in res.get("samples", [])}
-        for x in res.get("samples", []):
-            if (x["kernel"] == base or x["kernel"] == f"optimized-{x['workload']}") and metric_key in (x.get("sim_per_op") or {}):
-                per_boot[(x["workload"], "vanilla" if x["kernel"] == base else "app-specific")].append(x["sim_per_op"][metric_key])
+        per_boot = {(x.workload, "vanilla" if x.kernel == base else "app-specific"): [] for x in res.samples}
+        for x in res.samples:
+            if (x.kernel == base or x.kernel == f"optimized-{x.workload}") and metric_key in (x.sim_per_op or {}):
+                per_boot[(x.workload, "vanilla" if x.kernel == base else "app-specific")].append((x.sim_per_op or {})[metric_key])
     else:
-        how = measure.wall(res, ctx.data.run)
-        geo_w = res.get("geomean") or {}
-        own_rows = {n: rows_by_kernel(res["workloads"][n]).get(f"optimized-{n}") for n in wls}
-        cells = {(n, "app-specific"): c for n, r in own_rows.items() if r and (c := Cell.of(speedup_of(r))) is not None}
-        parts = [f"{n} {present.ratio_ci(speedup_of(r))}" for n, r in own_rows.items() if r]
+        how = measure.wall(res, run)
+        own_rows = {n: res.workloads[n].row(f"optimized-{n}") for n in wls}
+        cells = {(n, "app-specific"): c for n, r in own_rows.items() if r and (c := Cell.of(r.as_speedup())) is not None}
+        parts = [f"{n} {present.ratio_ci(r.as_speedup())}" for n, r in own_rows.items() if r]
         blocks.append(f"How much faster is the kernel? Wall-clock speedup of each app-specific kernel over {base} on its own "
                       f"workload: " + ("; ".join(parts) or "–") + f". (> 1 better; {present.footnote(meaning='')}.)")
         if cells:
@@ -294,91 +289,107 @@ def headline(ctx: Context) -> Section | Skipped:
                                  f"(bars start at 1.0; whiskers: 95% CI). {how}", f"Bar chart: app-specific speedup over {base}, wall-clock",
                                  figures.bar_chart([n for n in wls if (n, "app-specific") in cells], ["app-specific"], cells,
                                                    title=f"App-specific kernel, speedup over {base} (wall-clock)", ylabel=f"speedup over {base}")))
-        data["work"] = {"metric": "wall-clock", "workloads": {n: r for n, r in own_rows.items() if r}, "geomean": geo_w}
+        data["work"] = {"metric": "wall-clock", "workloads": {n: r.raw for n, r in own_rows.items() if r},
+                        "geomean": {k: g.raw for k, g in res.geomean.items()}}
         metric_label = "throughput"
         per_boot = {}
-        for x in res.get("samples", []):
-            if x["kernel"] == base or x["kernel"] == f"optimized-{x['workload']}":
-                per_boot.setdefault((x["workload"], "vanilla" if x["kernel"] == base else "app-specific"), []).append(float(x["mean"]))
+        for x in res.samples:
+            if x.kernel == base or x.kernel == f"optimized-{x.workload}":
+                per_boot.setdefault((x.workload, "vanilla" if x.kernel == base else "app-specific"), []).append(x.mean)
     # 3. How was it measured?
-    des = res.get("design") or {}
-    meas = res.get("measurement") or {}
-    blocks.append(f"How was it measured? {measure.accelerator(res, ctx.data.run)}; "
+    des, meas = res.design, res.measurement
+    blocks.append(f"How was it measured? {measure.accelerator(res, run)}; "
                   + (f"simulated counters are the headline here (wall-clock under TCG is indicative only, section {SPEEDUP.number})" if simulated_headline
-                     else "wall-clock throughput") + f"; {des.get('boots_per_kernel', '?')} boot(s) per kernel and workload in "
-                  f"{des.get('order_name', 'random')} order, a warm-up discarded per boot, {present.interval_text(res)}; "
+                     else "wall-clock throughput") + f"; {'?' if des.boots_per_kernel is None else des.boots_per_kernel} boot(s) per kernel and workload in "
+                  f"{des.order_name or 'random'} order, a warm-up discarded per boot, {present.interval_text(res)}; "
                   + (measure.ops_how(res) + " as the per-operation divisor." if simulated_headline else "") + " Every boot is a dot below.")
     groups = [n for n in wls if per_boot.get((n, "vanilla")) and per_boot.get((n, "app-specific"))]
     if groups:
         blocks.append(Figure(f"{HEADLINE.id}-boots", f"Every boot's {metric_label} relative to the mean of {base}'s boots of the same "
                              f"workload (dots; bars: means): the spread behind each ratio. {how}",
                              f"Dot plot: per-boot {metric_label} of {base} and the app-specific kernel "
-                             f"({'simulated' if simulated_headline else 'wall-clock'}, guests under {measure.short_accelerator(res, ctx.data.run)})",
+                             f"({'simulated' if simulated_headline else 'wall-clock'}, guests under {measure.short_accelerator(res, run)})",
                              figures.strips(groups, ["vanilla", "app-specific"], {k: v for k, v in per_boot.items() if v},
                                             title=f"Per-boot {metric_label}, relative to {base}'s mean", ylabel=f"relative to {base}")))
-    data["measured"] = {"accelerator": meas.get("accelerator"), "headline": "simulated" if simulated_headline else "wall-clock",
-                        "boots_per_kernel": des.get("boots_per_kernel"), "ops_methods": meas.get("ops_methods")}
+    data["measured"] = {"accelerator": meas.accelerator, "headline": "simulated" if simulated_headline else "wall-clock",
+                        "boots_per_kernel": des.boots_per_kernel, "ops_methods": meas.ops_methods}
     return Section(HEADLINE, how, blocks, data)
 
 
 # -- 2. speedup ----------------------------------------------------------------------------------------------------
 
 
+def speedup_table(res: Results, run: Run | None) -> tuple[Table, dict[tuple[str, str], Cell]]:
+    """Every kernel's throughput on every workload and its speedup over the baseline (report section 2, summary.md),
+    and the speedups as cells of a bar chart."""
+    base = res.baseline
+    rows = []
+    cells: dict[tuple[str, str], Cell] = {}
+    for name, w in res.workloads.items():
+        byk = w.rows_by_kernel()
+        for k in kernel_order(res):
+            r = byk.get(k)
+            if r is None:
+                continue
+            s = r.as_speedup()
+            rows.append([name, w.unit or "", k, "–" if r.n is None else str(r.n), present.num(r.mean), present.num(r.sd),
+                         present.pct(r.cv), "1 (baseline)" if k == base else present.ratio_ci(s)])
+            c = Cell.of(s)
+            if k != base and c is not None:
+                cells[(name, k)] = c
+    return Table(f"Throughput per kernel and speedup over {base} with 95% CI. {measure.wall(res, run)}",
+                 ["workload", "unit", "kernel", "boots", "mean", "sd", "cv", "speedup [95% CI]"], rows,
+                 [False, False, False, True, True, True, True, True]), cells
+
+
+def geomean_table(res: Results, run: Run | None) -> tuple[Table, dict[tuple[str, str], Cell]]:
+    """Each kernel's geometric mean of speedups across workloads (report section 2, summary.md), and as cells."""
+    geo = res.geomean
+    order = kernel_order(res)
+    rows = []
+    cells: dict[tuple[str, str], Cell] = {}
+    for k in [k for k in order if k in geo] + [k for k in geo if k not in order]:
+        g = geo[k].as_speedup()
+        rows.append([k, present.ratio_ci(g), str(len(g.workloads)), ", ".join(g.workloads)])
+        c = Cell.of(g)
+        if c is not None:
+            cells[("geomean", k)] = c
+    return Table(f"Geometric mean of speedups across workloads, CI by resampling each workload's boots. {measure.wall(res, run)}",
+                 ["kernel", "geomean speedup [95% CI]", "workloads", "which"], rows, [False, True, True, False]), cells
+
+
 def speedup(ctx: Context) -> Section | Skipped:
-    res = ctx.data.results
+    res, run = ctx.data.results, ctx.data.run
     if res is None:
         return Skipped(SPEEDUP, "no bench/results.json")
-    base = res["baseline"]
-    order = kernel_order(res)
-    series = order[1:]
-    how = measure.wall(res, ctx.data.run)
-    accel = measure.short_accelerator(res, ctx.data.run)
+    base = res.baseline
+    series = kernel_order(res)[1:]
+    how = measure.wall(res, run)
+    accel = measure.short_accelerator(res, run)
     blocks: list[Any] = []
     if accel == "QEMU TCG" and measure.has_sim(res):
         blocks.append("Guests ran under QEMU TCG: these wall-clock ratios are indicative only; the simulated counters "
                       f"(section {SIM.number}) are the headline on this machine.")
-    rows = []
-    cells: dict[tuple[str, str], Cell] = {}
-    for name, w in res["workloads"].items():
-        byk = rows_by_kernel(w)
-        for k in order:
-            r = byk.get(k)
-            if r is None:
-                continue
-            s = speedup_of(r)
-            rows.append([name, str(w.get("unit", "")), k, str(r.get("n", "–")), present.num(r.get("mean")), present.num(r.get("sd")),
-                         present.pct(r.get("cv")), "1 (baseline)" if k == base else present.ratio_ci(s)])
-            c = Cell.of(s)
-            if k != base and c is not None:
-                cells[(name, k)] = c
-    blocks.append(Table(f"Throughput per kernel and speedup over {base} with 95% CI. {how}",
-                        ["workload", "unit", "kernel", "boots", "mean", "sd", "cv", "speedup [95% CI]"], rows,
-                        [False, False, False, True, True, True, True, True]))
-    geo = res.get("geomean") or {}
-    groups = list(res["workloads"])
-    if geo:
-        grows = []
-        for k in [k for k in order if k in geo] + [k for k in geo if k not in order]:
-            g = speedup_of(geo[k] | {"ratio": geo[k].get("speedup")})
-            grows.append([k, present.ratio_ci(g), str(len(g.get("workloads") or [])), ", ".join(g.get("workloads") or [])])
-            c = Cell.of(g)
-            if c is not None:
-                cells[("geomean", k)] = c
+    table, cells = speedup_table(res, run)
+    blocks.append(table)
+    groups = list(res.workloads)
+    if res.geomean:
+        gtable, gcells = geomean_table(res, run)
+        cells |= gcells
         groups.append("geomean")
-        blocks.append(Table(f"Geometric mean of speedups across workloads, CI by resampling each workload's boots. {how}",
-                            ["kernel", "geomean speedup [95% CI]", "workloads", "which"], grows, [False, True, True, False]))
+        blocks.append(gtable)
     blocks.append(FOOTNOTE + " Speedup = ratio of means oriented so that > 1 is better (for a lower-is-better workload, "
                   f"{base}'s mean over the kernel's).")
     if series and cells:
         png = figures.bar_chart(groups, series, cells, title=f"Speedup over {base} ({accel}, wall-clock)",
-                                ylabel=f"speedup over {base} (> 1 better)", separate_last=bool(geo))
+                                ylabel=f"speedup over {base} (> 1 better)", separate_last=bool(res.geomean))
         blocks.insert(len(blocks) - 1, Figure(
             SPEEDUP.id, f"Speedup of each kernel over {base} per workload and geometric mean (bars start at 1.0; whiskers: "
             f"95% CI; {present.footnote('CI', 'no difference shown')}). {how}",
-            f"Bar chart: speedup over {base} per workload with 95% CIs, wall-clock throughput {measure.under(res, ctx.data.run)}", png))
-    data = {"baseline": base, "workloads": {n: {"unit": w.get("unit"), "higher_is_better": w.get("higher_is_better"),
-                                                "summary": w["summary"]} for n, w in res["workloads"].items()},
-            "geomean": geo}
+            f"Bar chart: speedup over {base} per workload with 95% CIs, wall-clock throughput {measure.under(res, run)}", png))
+    data = {"baseline": base, "workloads": {n: {"unit": w.unit, "higher_is_better": w.higher_is_better,
+                                                "summary": [r.raw for r in w.summary]} for n, w in res.workloads.items()},
+            "geomean": {k: g.raw for k, g in res.geomean.items()}}
     return Section(SPEEDUP, how, blocks, data)
 
 
@@ -386,60 +397,58 @@ def speedup(ctx: Context) -> Section | Skipped:
 
 
 def simulated(ctx: Context) -> Section | Skipped:
-    res = ctx.data.results
+    res, run = ctx.data.results, ctx.data.run
     if res is None:
         return Skipped(SIM, "no bench/results.json")
     if not measure.has_sim(res):
         return Skipped(SIM, "the bench recorded no simulated counters")
-    base = res["baseline"]
-    how = measure.sim(res, ctx.data.run)
+    base = res.baseline
+    how = measure.sim(res, run)
     order = kernel_order(res)
-    series = [k for k in order[1:] if any(k in (w.get("sim") or {}) for w in res["workloads"].values())]
+    series = [k for k in order[1:] if any(k in w.sim for w in res.workloads.values())]
     blocks: list[Any] = []
     headline = []
-    for name, w in res["workloads"].items():
-        own = (w.get("sim") or {}).get(f"optimized-{name}")
+    for name, w in res.workloads.items():
+        own = w.sim.get(f"optimized-{name}")
         if own:
-            parts = [f"{present.count_title(c)} ×{present.ratio_ci(own[f'kernel_{c}_per_op'])}" for c in SIM_COUNTS if own.get(f"kernel_{c}_per_op")]
+            parts = [f"{present.count_title(c)} ×{present.ratio_ci(own[f'kernel_{c}_per_op'])}" for c in SIM_COUNTS if f"kernel_{c}_per_op" in own]
             headline.append(f"{name} on optimized-{name}: kernel " + ", ".join(parts))
     if headline:
         blocks.append("Per operation, the app-specific kernel relative to " + base + " (< 1: fewer events): "
                       + "; ".join(headline) + ".")
     panels = []
     for side in ("kernel", "user"):
-        shown = [k for k in (f"{side}_{c}_per_op" for c in SIM_COUNTS)
-                 if any(k in mm for w in res["workloads"].values() for mm in (w.get("sim") or {}).values())]
+        shown = [k for k in (f"{side}_{c}_per_op" for c in SIM_COUNTS) if any(k in mm for w in res.workloads.values() for mm in w.sim.values())]
         if not shown:
             continue
         header = ["workload", "kernel"]
         for key in shown:
             header += [present.metric_title(key), "ratio [95% CI]"]
         rows = []
-        for name, w in res["workloads"].items():
-            sim = w.get("sim") or {}
-            for k in [k for k in order if k in sim]:
+        for name, w in res.workloads.items():
+            for k in [k for k in order if k in w.sim]:
                 row = [name, k]
                 for key in shown:
-                    v = sim[k].get(key) or {}
-                    row += [present.num(v.get("mean")), "1 (baseline)" if k == base else (present.ratio_ci(v) if v else "–")]
+                    v = w.sim[k].get(key)
+                    row += [present.num(v and v.mean), "1 (baseline)" if k == base else (present.ratio_ci(v) if v else "–")]
                 rows.append(row)
         blocks.append(Table(f"{side.capitalize()}-mode events per operation and ratio to {base} (< 1: fewer). {how}",
                             header, rows, [False, False] + [True] * (2 * len(shown))))
         for key in shown:
-            cells = {(name, k): c for name, w in res["workloads"].items() for k, mm in (w.get("sim") or {}).items()
+            cells = {(name, k): c for name, w in res.workloads.items() for k, mm in w.sim.items()
                      if k != base and (c := Cell.of(mm.get(key))) is not None}
             panels.append((present.metric_title(key), cells))
     blocks.append(FOOTNOTE)
     if panels and series:
-        accel = measure.short_accelerator(res, ctx.data.run)
-        png = figures.bar_panels(panels, list(res["workloads"]), series,
+        accel = measure.short_accelerator(res, run)
+        png = figures.bar_panels(panels, list(res.workloads), series,
                                  title=f"Simulated events per operation relative to {base} (< 1 = fewer)", ylabel=f"ratio to {base}")
         blocks.insert(len(blocks) - 1, Figure(
             SIM.id, f"Ratio to {base} of simulated kernel and user instructions, L1i misses and iTLB misses per operation "
             f"(bars start at 1.0; < 1 = fewer; whiskers: 95% CI; {present.footnote('CI', '')}). {how}",
             f"Bar charts: simulated counters per operation relative to {base} (simulated, not wall-clock; guests under {accel})", png))
-    data = {"baseline": base, "measurement": res.get("measurement"),
-            "workloads": {n: w.get("sim") for n, w in res["workloads"].items() if w.get("sim")}}
+    data = {"baseline": base, "measurement": res.raw.get("measurement"),  # passed on as recorded
+            "workloads": {n: raw_sim(w) for n, w in res.workloads.items() if w.sim}}
     return Section(SIM, how, blocks, data)
 
 
@@ -447,49 +456,50 @@ def simulated(ctx: Context) -> Section | Skipped:
 
 
 def universal(ctx: Context) -> Section | Skipped:
-    res = ctx.data.results
+    res, run = ctx.data.results, ctx.data.run
     if res is None:
         return Skipped(UNIVERSAL, "no bench/results.json")
-    base = res["baseline"]
+    base = res.baseline
     order = kernel_order(res)
     unis = [u for u in UNIVERSAL_KERNELS if u in order]
-    own = [w for w in res["workloads"] if f"optimized-{w}" in rows_by_kernel(res["workloads"][w])]
+    own = [w for w in res.workloads if res.workloads[w].row(f"optimized-{w}")]
     if not unis or not own:
         return Skipped(UNIVERSAL, "no universal-raw/universal-norm kernels" if not unis
                        else "no optimized-<workload> kernel measured on its workload")
     metric = headline_metric(res)  # the figure: simulated kernel instructions/op on TCG, else wall-clock speedup
     series = ["app-specific"] + unis
-    accel = measure.short_accelerator(res, ctx.data.run)
+    accel = measure.short_accelerator(res, run)
     blocks: list[Any] = [
         "App-specific: the kernel optimized with the profile of the workload itself (optimized-<workload>). Universal: "
         "one kernel for all, optimized with the merged profiles of every workload (universal-raw: counters added as "
         "collected; universal-norm: each profile scaled to the same total first)."]
     data: dict[str, Any] = {"baseline": base, "metric": metric or "wall-clock speedup"}
     for mt in ([metric, None] if metric else [None]):
-        how = measure.sim(res, ctx.data.run) if mt else measure.wall(res, ctx.data.run)
+        how = measure.sim(res, run) if mt else measure.wall(res, run)
         name = f"simulated {present.metric_title(mt)}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
         cells: dict[tuple[str, str], Cell] = {}
         rows = []
         per: dict[str, Any] = {}
-        for wl in res["workloads"]:
-            picks: dict[str, Any] = {"app-specific": _metric_cell(res, wl, f"optimized-{wl}", mt)} | {u: _metric_cell(res, wl, u, mt) for u in unis}
+        for wl in res.workloads:
+            picks = {"app-specific": _metric_cell(res, wl, f"optimized-{wl}", mt)} | {u: _metric_cell(res, wl, u, mt) for u in unis}
             if not any(picks.values()):
                 continue
             # Universal-norm against app-specific directly: the gap the published work left (points of the ratio).
-            gap = (picks["universal-norm"]["ratio"] - picks["app-specific"]["ratio"]) if picks.get("universal-norm") and picks["app-specific"] else None
-            rows.append([wl, f"optimized-{wl}" if picks["app-specific"] else "–"] + [present.ratio_ci(r) if r else "–" for r in picks.values()]
+            norm, app = picks.get("universal-norm"), picks["app-specific"]
+            gap = norm.ratio - app.ratio if norm and app and norm.ratio is not None and app.ratio is not None else None
+            rows.append([wl, f"optimized-{wl}" if app else "–"] + [present.ratio_ci(r) if r else "–" for r in picks.values()]
                         + ["–" if gap is None else f"{gap * 100:+.1f}"])
-            per[wl] = {s_: r for s_, r in picks.items() if r}
+            per[wl] = {s_: r.raw for s_, r in picks.items() if r}
             for s_, r in picks.items():
                 c = Cell.of(r) if r else None
                 if c is not None:
                     cells[(wl, s_)] = c
         if mt:
-            geo = res.get("sim_geomean") or {}
-            gl = [present.ratio_ci(geo[u][mt]) if mt in geo.get(u, {}) else "–" for u in unis]
+            sgeo = res.sim_geomean
+            gl = [present.ratio_ci(sgeo[u][mt]) if mt in sgeo.get(u, {}) else "–" for u in unis]
         else:
-            geo = res.get("geomean") or {}
-            gl = [present.ratio_ci(speedup_of(geo[u] | {"ratio": geo[u].get("speedup")})) if u in geo else "–" for u in unis]
+            geo = res.geomean
+            gl = [present.ratio_ci(geo[u].as_speedup()) if u in geo else "–" for u in unis]
         if any(x != "–" for x in gl):
             rows.append(["geomean", "–", "–"] + gl + ["–"])
         if mt == metric:
@@ -498,43 +508,69 @@ def universal(ctx: Context) -> Section | Skipped:
             blocks.append(Figure(UNIVERSAL.id, f"{name[0].upper() + name[1:]} per workload of the app-specific kernel and the "
                                  f"universal kernels (bars start at 1.0; whiskers: 95% CI; {present.footnote('CI', '')}). {how}",
                                  f"Bar chart: app-specific vs universal kernels, {name}, "
-                                 f"{'simulated counters' if mt else 'wall-clock throughput'} {measure.under(res, ctx.data.run)}", png))
+                                 f"{'simulated counters' if mt else 'wall-clock throughput'} {measure.under(res, run)}", png))
             data["workloads"] = per
-            data["geomean"] = {u: (geo.get(u) or {}).get(mt) if mt else geo.get(u) for u in unis if u in geo}
+            if mt:
+                data["geomean"] = {u: (g.raw if (g := res.sim_geomean[u].get(mt)) else None) for u in unis if u in res.sim_geomean}
+            else:
+                data["geomean"] = {u: res.geomean[u].raw for u in unis if u in res.geomean}
         else:
-            data["wall_clock"] = {"workloads": per, "geomean": {u: geo[u] for u in unis if u in geo}}
+            data["wall_clock"] = {"workloads": per, "geomean": {u: res.geomean[u].raw for u in unis if u in res.geomean}}
         blocks.append(Table(f"{name[0].upper() + name[1:]} [95% CI]; last column: universal-norm minus app-specific, in points "
                             f"of the ratio" + (" — indicative only under TCG" if mt is None and metric else "") + f". {how}",
                             ["workload", "app-specific kernel", "app-specific"] + unis + ["norm − app (points)"], rows,
                             [False, False] + [True] * (2 + len(unis))))
     blocks.append(FOOTNOTE)
-    return Section(UNIVERSAL, measure.sim(res, ctx.data.run) if metric else measure.wall(res, ctx.data.run), blocks, data)
+    return Section(UNIVERSAL, measure.sim(res, run) if metric else measure.wall(res, run), blocks, data)
 
 
 # -- 5./6. heatmaps of kernels optimized for one workload measured on another ---------------------------------------
 
 
-def headline_metric(res: dict[str, Any]) -> str | None:
+def headline_metric(res: Results) -> str | None:
     """The simulated metric the comparisons lead with where simulated counters are the machine's headline (TCG), or
     None for wall-clock speedup (KVM, or no simulated counters)."""
-    if measure.has_sim(res) and (res.get("measurement") or {}).get("headline", "simulated") == "simulated":
+    if measure.has_sim(res) and res.measurement.headline in (None, "simulated"):
         return bench.SIM_HEADLINE[0]
     return None
 
 
-def _metric_cell(res: dict[str, Any], wl: str, kernel: str, metric: str | None) -> dict[str, Any] | None:
+def _metric_cell(res: Results, wl: str, kernel: str, metric: str | None) -> Stat | None:
     """The row of `kernel` on `wl` for `metric`: a speedup (wall-clock, > 1 better) or a simulated ratio (< 1 better)."""
     if metric is None:
-        r = rows_by_kernel(res["workloads"][wl]).get(kernel)
-        return speedup_of(r) if r else None
-    return ((res["workloads"][wl].get("sim") or {}).get(kernel) or {}).get(metric)
+        r = res.workloads[wl].row(kernel)
+        return r.as_speedup() if r else None
+    return res.workloads[wl].sim.get(kernel, {}).get(metric)
 
 
-def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, heading: Heading,
+def matrix(res: Results, rows: list[str], cols: list[str], metric: str | None) -> tuple[list[list[str]], dict[tuple[int, int], Cell],
+                                                                                    list[list[dict[str, Any] | None]]]:
+    """Each kernel (rows) on each workload (columns) in `metric` (None: wall-clock speedup) with its CI, '–' where not
+    measured: the table's rows (the kernel first), the heatmap's cells and the statistics as recorded (report sections
+    5 and 6, summary.md's studies)."""
+    cells: dict[tuple[int, int], Cell] = {}
+    trows = []
+    grid: list[list[dict[str, Any] | None]] = []
+    for i, k in enumerate(rows):
+        trow = [k]
+        grow: list[dict[str, Any] | None] = []
+        for j, wl in enumerate(cols):
+            s = _metric_cell(res, wl, k, metric)
+            grow.append(s.raw if s else None)
+            trow.append(present.ratio_ci(s) if s else "–")
+            c = Cell.of(s)
+            if c is not None:
+                cells[(i, j)] = c
+        trows.append(trow)
+        grid.append(grow)
+    return trows, cells, grid
+
+
+def _matrix_section(res: Results, run: Run | None, heading: Heading,
                     rows: list[str], cols: list[str], diag: Callable[[str, str], bool], what: str) -> Section:
     """The heatmap in the machine's headline metric (simulated kernel instructions/op on TCG, else wall-clock
     speedup); the tables give it and the other metric."""
-    base = res["baseline"]
+    base = res.baseline
     metric = headline_metric(res)
     accel = measure.short_accelerator(res, run)
     metrics = [metric, None] if metric else [None]
@@ -543,21 +579,7 @@ def _matrix_section(res: dict[str, Any], run: dict[str, Any] | None, heading: He
     for mt in metrics:
         how = measure.sim(res, run) if mt else measure.wall(res, run)
         name = f"simulated {present.metric_title(mt)}, ratio to {base} (< 1: fewer)" if mt else f"speedup over {base} (wall-clock)"
-        cells: dict[tuple[int, int], Cell] = {}
-        trows = []
-        grid: list[list[dict[str, Any] | None]] = []
-        for i, k in enumerate(rows):
-            trow = [k]
-            grow: list[dict[str, Any] | None] = []
-            for j, wl in enumerate(cols):
-                s = _metric_cell(res, wl, k, mt)
-                grow.append(s)
-                trow.append(present.ratio_ci(s) if s else "–")
-                c = Cell.of(s)
-                if c is not None:
-                    cells[(i, j)] = c
-            trows.append(trow)
-            grid.append(grow)
+        trows, cells, grid = matrix(res, rows, cols, mt)
         if mt == metric:  # the figure: the headline metric
             diagonal = {(i, j) for i, k in enumerate(rows) for j, wl in enumerate(cols) if diag(k, wl)}
             png = figures.heatmap(rows, cols, cells, title=f"{heading.title}: {name} ({accel})", xlabel="workload measured",
@@ -581,9 +603,9 @@ def cross(ctx: Context) -> Section | Skipped:
     res = ctx.data.results
     if res is None:
         return Skipped(CROSS, "no bench/results.json")
-    wls = list(res["workloads"])
-    rows = [f"optimized-{a}" for a in wls if any(f"optimized-{a}" in rows_by_kernel(w) for w in res["workloads"].values())]
-    off = any(k != f"optimized-{b}" and k in rows_by_kernel(res["workloads"][b]) for k in rows for b in wls)
+    wls = list(res.workloads)
+    rows = [f"optimized-{a}" for a in wls if any(w.row(f"optimized-{a}") for w in res.workloads.values())]
+    off = any(k != f"optimized-{b}" and res.workloads[b].row(k) for k in rows for b in wls)
     if not off:
         return Skipped(CROSS, "no kernel optimized for one workload was measured on another")
     return _matrix_section(res, ctx.data.run, CROSS, rows, wls, lambda k, b: k == f"optimized-{b}",
@@ -595,7 +617,7 @@ def sensitivity(ctx: Context) -> Section | Skipped:
     res = ctx.data.sensitivity
     if res is None:
         return Skipped(SENSITIVITY, "no studies/sensitivity/results.json")
-    cols = sorted(res["workloads"], key=_natural)
+    cols = sorted(res.workloads, key=_natural)
     kernels = kernel_order(res)[1:]
     if not kernels:
         return Skipped(SENSITIVITY, "the study measured only its baseline kernel")
@@ -619,14 +641,13 @@ def _natural(text: str) -> list[Any]:
 # -- 7. profile similarity -----------------------------------------------------------------------------------------
 
 def _profile_how(ctx: Context) -> str:
-    from kpgo.gcov.profile import read_profile_json
+    from kpgo.records import Profile
     from kpgo.report import profiles
 
     # Where the profiles were collected: their own profile.json says; else the run's accelerator.
-    accels = set()
-    for d in profiles.fixed_profiles(ctx.data.run_dir).values():
-        accels.add(read_profile_json(d, strict=False).get("accelerator"))
-    where = (measure.guests({"measurement": {"accelerator": accels.pop()}}) if len(accels) == 1 and None not in accels
+    accels = {Profile.read(d, strict=False).accelerator for d in profiles.fixed_profiles(ctx.data.run_dir).values()}
+    one = accels.pop() if len(accels) == 1 else None
+    where = (measure.guests(None, accel=measure.named(one) if one else "unknown accelerator") if one is not None
              else measure.guests(ctx.data.results, ctx.data.run))
     return ("Measured: execution counts from each profile's gcov arc counters (counts, not time), collected with the "
             f"instrumented kernel {where}, with function and branch structure from the instrumented build's .gcno files.")
@@ -682,17 +703,16 @@ def similarity(ctx: Context) -> Section | Skipped:
 def kernel_share(ctx: Context) -> Section | Skipped:
     from kpgo.report import load
 
-    path = ctx.data.run_dir / "studies" / "share" / "results.json"
-    study = load.read_json(path, "the kernel-share study (`kpgo study share`)")
-    res = load.check_results(study, path) if study is not None else ctx.data.results
+    study = load.read_results(ctx.data.run_dir / "studies" / "share" / "results.json", "the kernel-share study (`kpgo study share`)")
+    res = study or ctx.data.results
     source = "studies/share/results.json" if study is not None else "bench/results.json"
     if res is None:
         return Skipped(KERNEL_SHARE, "no bench/results.json or studies/share/results.json")
-    base = res["baseline"]
+    base = res.baseline
     with_sim = measure.has_sim(res)
     rows = []
     data: dict[str, Any] = {}
-    for name, d in bench.kernel_share(res).items():
+    for name, d in bench.kernel_share(res.raw).items():
         if d["cpu_time"] is None and all(d[k] is None for k in bench.SHARES):
             continue
         row = [name, present.pct(d["cpu_time"]), present.pct(d["cpu_time_sd"]), str(d["boots"])]
@@ -707,7 +727,7 @@ def kernel_share(ctx: Context) -> Section | Skipped:
            "(system + irq + softirq over user + nice + those, from the guest's /proc/stat over the measured window), "
            f"{measure.guests(res, ctx.data.run)}"
            + ("; shares of simulated instructions, L1i misses and iTLB misses executed in kernel mode (simulated counters, "
-              f"not wall-clock: {measure.sim_model(res)})" if with_sim else "")
+              f"not wall-clock: {measure.sim_model(res.measurement)})" if with_sim else "")
            + "; mean over boots.")
     header = ["workload", "kernel share of CPU time", "sd over boots", "boots"]
     if with_sim:
@@ -728,7 +748,7 @@ def code_size(ctx: Context) -> Section | Skipped:
     from kpgo.report import profiles
 
     d = ctx.data
-    builds = _build_order((d.run or {}).get("builds") or {}, d)
+    builds = _build_order(d.run.builds if d.run else {}, d)
     profs = profiles.fixed_profiles(d.run_dir, d.workload_names())
     instr = d.run_dir / "builds" / "instrumented"
     if not builds and not (profs and instr.is_dir()):
@@ -740,13 +760,13 @@ def code_size(ctx: Context) -> Section | Skipped:
         sizes = {label: _build_sizes(d, label, b) for label, b in builds.items()}
         base_fn = (sizes.get(base) or {}).get("functions_size")
         rows = []
-        for label, b in builds.items():
+        for label, rb in builds.items():
             z = sizes[label]
             fn = z.get("functions_size")
             rows.append([label, present.size(fn), present.size(z.get("text_span")), present.size(z.get("objects_text")),
                          present.size(z.get("text_hot")), present.size(z.get("text_unlikely")), present.size(z.get("bzimage")),
                          present.size(z.get("vmlinux_text")), present.ratio(fn / base_fn) if fn is not None and base_fn else "–"])
-            data["builds"][label] = {"sizes": z, "seconds": b.get("seconds"),
+            data["builds"][label] = {"sizes": z, "seconds": rb.seconds,
                                      "functions_vs_baseline": fn / base_fn if fn is not None and base_fn else None}
         blocks.append(Table(
             "Code size of every build in bytes. Measured: static sizes of the build, no run involved. Functions: "
@@ -799,19 +819,19 @@ def code_size(ctx: Context) -> Section | Skipped:
                    blocks, data)
 
 
-def _build_order(builds: dict[str, Any], d: RunData) -> dict[str, Any]:
+def _build_order(builds: dict[str, RunBuild], d: RunData) -> dict[str, RunBuild]:
     """Baseline, instrumented, the app-specific kernels in workload order, then the rest (run.json's keys are sorted)."""
     first = [d.baseline, "instrumented"] + [f"optimized-{w}" for w in d.workload_names()]
     keys = [k for k in first if k in builds] + [k for k in builds if k not in first]
     return {k: builds[k] for k in keys}
 
 
-def _build_sizes(d: RunData, label: str, b: dict[str, Any]) -> dict[str, Any]:
+def _build_sizes(d: RunData, label: str, b: RunBuild) -> dict[str, Any]:
     """The build's recorded sizes; a build recorded before kpgo measured functions_size, text_span and bzimage
     gets them from its vmlinux and bzImage when the build directory is still there (else they stay missing: '–')."""
     from kpgo.kernel import codesize
 
-    return codesize.complete(d.build_dir(label), b.get("sizes"))
+    return codesize.complete(d.build_dir(label), b.sizes)
 
 
 def _sym(s: Any, table: Any) -> str:
@@ -826,16 +846,17 @@ def _sym(s: Any, table: Any) -> str:
 
 
 def proof(ctx: Context) -> Section | Skipped:
-    run = ctx.data.run or {}
-    proofs = {n: w["proof"] for part in ("workloads", "universal") for n, w in (run.get(part) or {}).items()
-              if isinstance(w, dict) and isinstance(w.get("proof"), dict)}
+    proofs = ctx.data.run.proofs() if ctx.data.run else {}
     if not proofs:
         return Skipped(PROOF, "run.json has no proof" if ctx.data.run else "no run.json")
+
+    def count(n: int | None) -> str:
+        return "–" if n is None else str(n)
+
     rows = []
     for n, p in proofs.items():
-        rows.append([n, f"{p.get('objects_used', '–')}/{p.get('objects_nonempty', '–')}", present.pct(p.get("ratio")),
-                     present.pct(p.get("threshold")), str(p.get("functions_read", "–")), str(p.get("functions_giving_up", "–")),
-                     "yes" if p.get("ok") else "no"])
+        rows.append([n, f"{count(p.objects_used)}/{count(p.objects_nonempty)}", present.pct(p.ratio), present.pct(p.threshold),
+                     count(p.functions_read), count(p.functions_giving_up), "yes" if p.ok else "no"])
     how = ("Measured: GCC's own -fdump-ipa-profile dumps of the optimized build, object by object (an object counts as "
            "used when at least one function read its edge counts and none gave up); no run involved.")
     blocks: list[Any] = [
@@ -845,7 +866,7 @@ def proof(ctx: Context) -> Section | Skipped:
         "A build below the threshold fails; a changed binary alone proves nothing, since -fprofile-use changes code even "
         "when every .gcda is ignored.",
     ]
-    with_values = {n: p["values"] for n, p in proofs.items() if isinstance(p.get("values"), dict)}
+    with_values = {n: p.values for n, p in proofs.items() if p.values is not None}
     if with_values:
         keys = ("indirect_calls_trained", "indirect_calls_promoted", "indirect_calls_promoted_in_vmlinux", "dominant_sites_elsewhere",
                 "indirect_targets_elsewhere", "divmod", "stringop")
@@ -860,7 +881,7 @@ def proof(ctx: Context) -> Section | Skipped:
                             ["profile", "indirect calls profiled", "promoted", "promoted, in vmlinux", "dominant target elsewhere",
                              "targets not found", "div/mod", "string ops"],
                             vrows, [False, True, True, True, True, True, True, True]))
-    return Section(PROOF, how, blocks, {"workloads": proofs})
+    return Section(PROOF, how, blocks, {"workloads": {n: p.raw for n, p in proofs.items()}})
 
 
 # -- 11. compiler study ---------------------------------------------------------------------------------------------
@@ -873,7 +894,7 @@ def compiler(ctx: Context) -> Section | Skipped:
     if res is None or table is None:
         return Skipped(COMPILER, "no studies/compiler/results.json and compiler.json (`kpgo study compiler`)")
     run = ctx.data.run
-    head = table["metrics"][0]
+    head = table["metrics"][0]  # compiler.json is the study's own table (kpgo.study.compiler_table), read as it writes it
     how = measure.sim(res, run) if head != "speedup" else measure.wall(res, run)
 
     def metric_name(metric: str) -> str:
