@@ -46,7 +46,8 @@ def fake_run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: vm.G
         value *= 1 + spread * random.Random(f"{kernel.stat().st_size}:{rundir.parent.name}").gauss(0.0, 1.0)
     run = contract.Run(value=value, parts={"fake": value}, secondary={}, seconds=1.0, step_seconds={}, ops=value,
                        ops_method="count", ops_estimate=value, kernel_share=0.5, cpu_ticks={})
-    return contract.Result(ok=True, mode=job.mode, kernel="6.12.0-fake", runs=[run] * job.runs)
+    return contract.Result(ok=True, mode=job.mode, kernel="6.12.0-fake", runs=[run] * job.runs,
+                           gcda_read_first=[0, 0] if job.mode == "collect" else None)
 
 
 def install() -> None:

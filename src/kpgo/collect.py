@@ -84,6 +84,7 @@ def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: v
             "arcs_sum": info["arcs_sum"],
             "left_out": left_out,
             "guest_timings": result.timings,
+            "gcda_read_first": result.gcda_read_first,
             "mitigations": result.mitigations,
             **({"value_profiles": result.gcov_values} if result.gcov_values is not None else {}),
             "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

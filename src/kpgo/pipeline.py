@@ -377,7 +377,8 @@ def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
     have = records.Profile.read(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
     same_client = (have.client == "host") == (client.placement_of(wl) == "host")
-    if have.build_key == instr["key"] and have.params == wl.params and same_client:
+    # Profiles whose snapshot read the files in the walk's order hold the reads' own kernel work: collected again.
+    if have.build_key == instr["key"] and have.params == wl.params and same_client and have.read_first is not None:
         say(f"collect {wl.name}: up to date in {raw}")
         return have.raw
     return None

@@ -62,7 +62,7 @@ BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "b
 # merged profile's inputs. Other keys are kept and passed on untouched.
 PROFILE_SHAPE = {"kind?": str, "config_name?": (str, None), "kernel_release?": (str, None), "build_key?": str, "collected_at?": str,
                  "accelerator?": (str, None), "workload?": ({"client?": (str, None), "params?": dict}, str, None),
-                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}}
+                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}, "gcda_read_first?": ([int], None)}
 
 
 def _num(x: Any) -> float | None:
@@ -355,6 +355,9 @@ class Profile:
     client: str | None = None  # where the load generator ran ("host"; None or "guest": in the guest)
     fixed: dict[str, Any] | None = None  # kpgo profile fix's record (runs, sum_max, left_out)
     merged: dict[str, Any] | None = None  # kpgo profile merge's record (inputs, normalize)
+    # how many files the snapshot read first (the guest agent's snapshot_order); None: collected before 2026-11-28, when
+    # each file read counted in the files read after it
+    read_first: list[int] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -363,7 +366,7 @@ class Profile:
         wl = d.get("workload")
         wl = wl if isinstance(wl, dict) else {}
         return cls(d.get("build_key"), d.get("collected_at"), d.get("accelerator"), wl.get("params"), wl.get("client"), d.get("fixed"),
-                   d.get("merged"), d)
+                   d.get("merged"), d.get("gcda_read_first"), d)
 
     @classmethod
     def read(cls, directory: Path, strict: bool = True) -> Profile:

@@ -221,6 +221,8 @@ class Result:
     env: dict[str, str] | None = None  # HOME and TMPDIR of every step
     gcda_files: int | None = None  # collect
     gcda_bytes: int | None = None
+    # the files a read of themselves changes and those a read of the gcov tree changes, read first (agent.snapshot_order)
+    gcda_read_first: list[int] | None = None
     error: str | None = None  # on failure: what failed, in which phase, the tails of its output and the server's log
     phase: str | None = None
     output_tail: str | None = None
