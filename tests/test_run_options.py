@@ -145,3 +145,12 @@ def test_every_study_of_a_run_is_a_choice_and_round_trips(tmp_path: Path) -> Non
     assert pipeline.RunOptions.from_json(json.loads(json.dumps(opts.to_json())), tmp_path) == opts
     with pytest.raises(SystemExit):
         make_parser().parse_args(["run", "--study", "nosuch"])
+
+
+def test_a_share_experiment_has_a_directory_of_its_own(tmp_path: Path) -> None:
+    from kpgo import study
+
+    assert study.share_dir(tmp_path, [], None, None) == tmp_path / "studies" / "share"
+    assert study.share_dir(tmp_path, [], "concurrency=1,32", None) == tmp_path / "studies" / "share-concurrency"
+    assert study.share_dir(tmp_path, ["memcached.concurrency=1"], None, 4) == tmp_path / "studies" / "share-concurrency-1_4cpus"
+    assert study.share_dir(tmp_path, ["a=x/y"], None, None) == tmp_path / "studies" / "share-a-x_y"

@@ -32,6 +32,17 @@ def test_share_study(tiny_run: Path) -> None:
     assert results["measurement"]["sim"]["l1i_size"] == 32768 and list(results["kernels"]) == ["vanilla"]
 
 
+def test_share_experiment_gets_its_own_directory(tiny_run: Path) -> None:
+    """An experiment on the shares (one workload, a parameter varied) is measured beside, not into, the run's share
+    study: studies/share-clients/ holds a cell per value; a workload the run does not have is one line."""
+    res = kpgo("study", "share", tiny_run, "--workload", "redis", "--vary", "clients=1,32", "--boots", "1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    table = json.loads((tiny_run / "studies" / "share-clients" / "share.json").read_text())
+    assert set(table) == {"redis+clients-1", "redis+clients-32"} and all(0 < r["kernel_insn_share"] < 1 for r in table.values())
+    assert_one_line_error(kpgo("study", "share", tiny_run, "--workload", "nginx"), 1, "is not one of the run's workloads")
+    assert_one_line_error(kpgo("study", "share", tiny_run, "--vary", "clients=1,32"), 1, "--vary needs one --workload")
+
+
 def test_study_needs_a_run(tmp_path: Path) -> None:
     assert_one_line_error(kpgo("study", "share", tmp_path), 1, "no finished kpgo run")
     assert_one_line_error(kpgo("study", "sensitivity", tmp_path, "--workload", "micro", "--vary", "procs=1"), 1, "two or more values")

@@ -70,11 +70,20 @@ def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, gues
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
 
 
-def share(run_dir: Path, specs: list[Workload], design: bench.Design, guest: vm.Guest, sim: Any, cluster: Remote | None = None) -> dict:
+def share_dir(run_dir: Path, sets: list[str], vary: str | None, cpus: int | None) -> Path:
+    """Where a share study goes: studies/share for the run's own workloads and guest; an experiment that changes them
+    (--set, --vary, --cpus) gets studies/share-WHAT, WHAT naming the change (share-concurrency, share-4cpus), so that no
+    bench mixes boots of two set-ups."""
+    what = [*(s.partition("=")[0].strip().rpartition(".")[2] + "-" + s.partition("=")[2].strip() for s in sets),
+            *([vary.partition("=")[0].strip()] if vary else []), *([f"{cpus}cpus"] if cpus else [])]
+    return run_dir / "studies" / ("share-" + re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(what)) if what else "share")
+
+
+def share(run_dir: Path, specs: list[Workload], out: Path, design: bench.Design, guest: vm.Guest, sim: Any,
+          cluster: Remote | None = None) -> dict:
     _builder(run_dir, cluster)("vanilla", "vanilla")
-    res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, run_dir / "studies" / "share", design=design, guest=guest,
-                      sim=sim, cluster=cluster)
-    atomic.write_json(run_dir / "studies" / "share" / "share.json", bench.kernel_share(res))
+    res = bench.bench([bench.Kernel("vanilla", run_dir / "builds" / "vanilla")], specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
+    atomic.write_json(out / "share.json", bench.kernel_share(res))
     return res
 
 

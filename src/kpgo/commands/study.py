@@ -42,8 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = s.add_parser("share", help="the kernel's share of CPU time, instructions and simulated L1i/iTLB misses per workload",
                      description="Boot the run's vanilla kernel under each of its workloads with simulated counters and print "
                      "the kernel's share of busy CPU time, of instructions and of L1i/iTLB misses (the characterization table of "
-                     "\"One Profile Fits All\"). Results: RUN_DIR/studies/share/.")
+                     "\"One Profile Fits All\"). Results: RUN_DIR/studies/share/. An experiment on what the shares depend on "
+                     "(--set, --vary, --cpus: the load, the guest) gets a directory of its own, studies/share-WHAT/ (docs/EVALUATION.md).")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--workload", metavar="NAME[,NAME...]", default=None, help="these of the run's workloads only (default: all of them)")
+    q.add_argument("--set", action="append", default=[], metavar="[NAME.]KEY=VALUE", help="a workload parameter for this study (repeatable)")
+    q.add_argument("--vary", metavar="KEY=V1,V2[,...]", default=None,
+                   help="measure one workload (--workload NAME) once per value of its parameter KEY, e.g. concurrency=1,32")
     add_cluster_option(q, "build and boot")
     add_design_options(q)
     add_guest_options(q)
@@ -78,21 +83,29 @@ def extend_run(args: argparse.Namespace) -> int:
     return run.execute(replace(opts, studies=tuple(dict.fromkeys((*opts.studies, args.study_name)))), cluster_from(args))
 
 
+def parse_vary(vary: str, sets: list[str]) -> tuple[str, list[str]]:
+    """--vary KEY=V1,V2 as (KEY, [V1, V2]), refused when malformed, a value is given twice or --set fixes KEY."""
+    from kpgo.errors import UserError
+
+    key, sep, values = vary.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--vary {vary!r}: expected KEY=V1,V2", "e.g. --vary clients=1,50")
+    key = key.strip()
+    vals = [v.strip() for v in values.split(",") if v.strip()]
+    if len(set(vals)) < len(vals):
+        raise UserError(f"--vary {vary}: a value is given twice", "give each value once, e.g. --vary clients=1,50")
+    fixed = [s for s in sets if s.partition("=")[0].strip().rpartition(".")[2] == key]
+    if fixed:
+        raise UserError(f"--set {fixed[0]} fixes the parameter --vary {key} varies", f"drop --set {key}=... or vary another parameter")
+    return key, vals
+
+
 def sensitivity(args: argparse.Namespace) -> int:
     from kpgo import bench, study
     from kpgo.errors import UserError
     from kpgo.workloads import install
 
-    key, sep, values = args.vary.partition("=")
-    if not sep or not key.strip():
-        raise UserError(f"--vary {args.vary!r}: expected KEY=V1,V2", "e.g. --vary clients=1,50")
-    key = key.strip()
-    vals = [v.strip() for v in values.split(",") if v.strip()]
-    if len(set(vals)) < len(vals):
-        raise UserError(f"--vary {args.vary}: a value is given twice", "give each value once, e.g. --vary clients=1,50")
-    fixed = [s for s in args.set if s.partition("=")[0].strip().rpartition(".")[2] == key]
-    if fixed:
-        raise UserError(f"--set {fixed[0]} fixes the parameter --vary {key} varies", f"drop --set {key}=... or vary another parameter")
+    key, vals = parse_vary(args.vary, args.set)
     specs = study.vary(args.workload, key, vals, args.set)
     names = [s.name for s in specs]
     twice = [n for i, n in enumerate(names) if n in names[:i]]
@@ -108,17 +121,30 @@ def sensitivity(args: argparse.Namespace) -> int:
 
 
 def share(args: argparse.Namespace) -> int:
-    from kpgo import bench, study
+    from kpgo import bench, study, workloads
     from kpgo.errors import UserError
 
     if args.sim is False:  # the study is the simulated counters' shares: there is nothing to measure without them
         raise UserError("kpgo study share counts simulated events; --no-sim leaves it nothing to measure",
                         "drop --no-sim (the kernel's share of CPU time alone is in every bench's results.json)")
     args.sim = True
-    specs = list(study.run_options(args.run_dir).workloads)
-    res = study.share(args.run_dir, specs, design_from(args), guest_from(args), sim_from(args), cluster_from(args))
+    run = study.run_options(args.run_dir).workloads
+    names = workloads.parse_names(args.workload) if args.workload else [w.name for w in run]
+    outside = [n for n in names if n not in {w.name for w in run}]
+    if outside:
+        raise UserError(f"--workload {outside[0]} is not one of the run's workloads ({', '.join(w.name for w in run)})",
+                        "choose among them, or extend the run with it")
+    if args.vary:
+        if len(names) != 1:
+            raise UserError("--vary needs one --workload", "e.g. --workload memcached --vary concurrency=1,32")
+        key, vals = parse_vary(args.vary, args.set)
+        specs = study.vary(names[0], key, vals, args.set)
+    else:
+        specs = workloads.load_many(",".join(names), args.set)
+    out = study.share_dir(args.run_dir, args.set, args.vary, args.cpus)
+    res = study.share(args.run_dir, specs, out, design_from(args), guest_from(args), sim_from(args), cluster_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
-    bench.raise_if_failed(res, args.run_dir / "studies" / "share")
+    bench.raise_if_failed(res, out)
     return 0
 
 
