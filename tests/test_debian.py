@@ -84,3 +84,12 @@ def test_a_fragment_may_override_its_base_and_an_unmet_option_is_refused(kernel_
     frag.write_text("CONFIG_TEST_STATIC_KEYS=m\n")
     with pytest.raises(UserError, match=r"CONFIG_TEST_STATIC_KEYS=m \(from no-modules.config\) became CONFIG_TEST_STATIC_KEYS=n: its dependencies are not met"):
         kconfig.configure(kernel_source.path, tmp_path / "bad", kconfig.resolve("tiny", None, [frag]), (), tmp_path / "bad.log")
+
+
+def test_progress_names_a_modules_object() -> None:
+    """Kbuild prints a module's objects as `CC [M]  path`: the progress line names the path, not "[M]"."""
+    from kpgo.kernel.kbuild import _STEP
+
+    for line, path in (("  CC [M]  fs/smb/client/cifsfs.o", "fs/smb/client/cifsfs.o"), ("  CC      kernel/fork.o", "kernel/fork.o")):
+        m = _STEP.match(line)
+        assert m and m.group(1) == "CC" and m.group(2) == path

@@ -593,7 +593,7 @@ def _ccache_stats(env: dict[str, str]) -> dict[str, int]:
     return {k: int(v) for k, v in stats.items() if v.strip().isdigit()}
 
 
-_STEP = re.compile(r"^\s+(CC|AS|LD|AR|HOSTCC|GEN|OBJCOPY|BUILD)\s+(\S+)")
+_STEP = re.compile(r"^\s+(CC|AS|LD|AR|HOSTCC|GEN|OBJCOPY|BUILD)\s+(?:\[M\]\s+)?(\S+)")  # "CC [M]  fs/x.o": a module's object
 _ERROR = re.compile(r"(error:|Error \d+|undefined reference|fatal error|No space left)")
 
 
