@@ -57,12 +57,15 @@ RUN_SHAPE = {
 }
 # What kpgo reads of a build.json (kpgo.kernel.kbuild.build writes it); other keys are passed on as they are.
 BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir?": str, "config_name?": (str, None),
-               "config_hash?": str, "gcc?": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict}
+               "config_hash?": str, "gcc?": str, "gcov?": bool, "kcflags?": [str], "sizes?": dict, "seconds?": dict, "proof?": dict,
+               "bolt?": (dict, None), "order?": (dict, None)}
 # What kpgo reads of a profile.json (kpgo collect, profile fix and merge write it): the collection it describes, or a
 # merged profile's inputs. Other keys are kept and passed on untouched.
 PROFILE_SHAPE = {"kind?": str, "config_name?": (str, None), "kernel_release?": (str, None), "build_key?": str, "collected_at?": str,
                  "accelerator?": (str, None), "workload?": ({"client?": (str, None), "params?": dict}, str, None),
-                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}, "gcda_read_first?": ([int], None)}
+                 "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}, "gcda_read_first?": ([int], None),
+                 # a gcov collection's figures (files: a count; a branch profile's: its files' sizes) and a branch profile's vmlinux
+                 "files?": (int, dict, None), "arcs_sum?": (int, None), "throughput?": NUM, "gcov_version?": (str, None), "build_id?": (str, None)}
 
 
 def _num(x: Any) -> float | None:
@@ -330,17 +333,35 @@ class Build:
     sizes: dict[str, Any]  # kpgo.kernel.codesize's sizes (functions_size, text_span, ...), as recorded
     seconds: dict[str, float]  # "total" and the steps'
     proof: Proof | None  # builds with a profile
-    raw: dict[str, Any] = field(compare=False, repr=False)
+    bolt: dict[str, Any] | None = None  # a bolt variant's report (kpgo.kernel.bolt.check), as recorded
+    order: dict[str, Any] | None = None  # an order variant's check (kpgo.kernel.order.check), as recorded
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: dict[str, Any], path: str | os.PathLike[str]) -> Build:
         inputs.check(d, BUILD_SHAPE, path, "build it again with `kpgo build` (or the run that made it)")
         proof = d.get("proof")
         return cls(d["ok"], d["key"], d["variant"], d["kernel_release"], d.get("build_dir"), d.get("sizes") or {},
-                   d.get("seconds") or {}, Proof.from_json(proof) if isinstance(proof, dict) else None, d)
+                   d.get("seconds") or {}, Proof.from_json(proof) if isinstance(proof, dict) else None, d.get("bolt"), d.get("order"), d)
+
+    @classmethod
+    def of(cls, out: Path, d: dict[str, Any]) -> Build:
+        """The record of the build.json a build in OUT wrote (kpgo.kernel.kbuild.build hands it back as a dict)."""
+        return cls.from_json(d, Path(out) / "build.json")
 
 
 # -- profile.json ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A collection's figures as its profile.json records them and run.json keeps them: .gcda files, counter sum,
+    throughput, gcov version."""
+
+    files: int | None = None
+    arcs_sum: int | None = None
+    throughput: float | None = None
+    gcov_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -358,6 +379,8 @@ class Profile:
     # how many files the snapshot read first (the guest agent's snapshot_order); None: collected before 2026-11-28, when
     # each file read counted in the files read after it
     read_first: list[int] | None = None
+    collected: Collected = Collected()  # a gcov collection's figures (as recorded: run.json passes them on)
+    build_id: str | None = None  # a branch profile's: the vmlinux its records are of
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -365,8 +388,15 @@ class Profile:
         inputs.check(d, PROFILE_SHAPE, path, "repair or remove it (`kpgo collect` and `kpgo profile fix` write it)")
         wl = d.get("workload")
         wl = wl if isinstance(wl, dict) else {}
+        files = d.get("files")  # a branch profile's is a map of its files' sizes, not a count
+        collected = Collected(files if isinstance(files, int) else None, d.get("arcs_sum"), d.get("throughput"), d.get("gcov_version"))
         return cls(d.get("build_key"), d.get("collected_at"), d.get("accelerator"), wl.get("params"), wl.get("client"), d.get("fixed"),
-                   d.get("merged"), d.get("gcda_read_first"), d)
+                   d.get("merged"), d.get("gcda_read_first"), collected, d.get("build_id"), d)
+
+    @classmethod
+    def of(cls, out: Path, d: dict[str, Any]) -> Profile:
+        """The record of the profile.json a step wrote in OUT (kpgo.collect hands it back as a dict)."""
+        return cls.from_json(d, Path(out) / "profile.json")
 
     @classmethod
     def read(cls, directory: Path, strict: bool = True) -> Profile:
@@ -403,16 +433,6 @@ class RunBuild:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunBuild:
         return cls(d.get("seconds"), d.get("sizes") or {}, d.get("release"), d)
-
-
-@dataclass(frozen=True)
-class Collected:
-    """What run.json keeps of a workload's collection: .gcda files, counter sum, throughput, gcov version."""
-
-    files: int | None = None
-    arcs_sum: int | None = None
-    throughput: float | None = None
-    gcov_version: str | None = None
 
 
 @dataclass(frozen=True)
