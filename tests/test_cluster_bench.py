@@ -22,7 +22,7 @@ import pytest
 import fake_boot
 import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
-from kpgo import bench, collect, pipeline, variants, vm
+from kpgo import bench, collect, pipeline, records, variants, vm
 from kpgo.cluster import GUEST, Cluster, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import kbuild
@@ -387,18 +387,19 @@ def test_run_collects_on_the_cluster_what_is_not_up_to_date(two_nodes: tuple[Any
     meta = json.loads((build / "build.json").read_text())
     (build / "build.json").write_text(json.dumps(meta | {"gcov": True, "build_dir": str(build), "config_name": "tiny",
                                                          "config_hash": "c0", "gcc": "gcc-12"}))
-    instr = {"key": "iiii3333"}
+    instr = records.Build.of(build, json.loads((build / "build.json").read_text()))
+    assert instr.key == "iiii3333"
     wls = [workload("fake-a", params={"n": 1}), workload("fake-b", params={"n": 1})]
     first = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), Cluster(cluster.address))
-    assert sorted(first) == ["fake-a", "fake-b"] and all(p["host"]["node_id"] for p in first.values())
-    assert first["fake-a"]["host"]["node_id"] != first["fake-b"]["host"]["node_id"]  # at once, one on each node
+    assert sorted(first) == ["fake-a", "fake-b"] and all(p.raw["host"]["node_id"] for p in first.values())
+    assert first["fake-a"].raw["host"]["node_id"] != first["fake-b"].raw["host"]["node_id"]  # at once, one on each node
     again = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, wls, vm.Guest(), Cluster(cluster.address))
-    assert again == first
+    assert {n: p.raw for n, p in again.items()} == {n: p.raw for n, p in first.items()}
     changed = [wls[0], replace(wls[1], params={"n": 2})]
     third = pipeline.collect_cached_on_cluster(tmp_path / "profiles", build, instr, changed, vm.Guest(), Cluster(cluster.address))
-    assert third["fake-a"] == first["fake-a"]
-    assert third["fake-b"]["workload"]["params"] == {"n": 2}
-    assert json.loads((tmp_path / "profiles" / "fake-b.raw" / "profile.json").read_text()) == third["fake-b"]
+    assert third["fake-a"].raw == first["fake-a"].raw
+    assert third["fake-b"].params == {"n": 2}
+    assert json.loads((tmp_path / "profiles" / "fake-b.raw" / "profile.json").read_text()) == third["fake-b"].raw
 
 
 def test_cli_collect_on_a_local_cluster(tmp_path: Path) -> None:
@@ -537,25 +538,26 @@ def test_builds_on_the_cluster(two_nodes: tuple[Any, Any, Path], tmp_path: Path,
         cluster.remove_node(extra)
     runs = made(cache)[before:]
     assert len(runs) == 2
-    assert len({r["built_on"]["node_id"] for r in res.values()}) == 2  # two free nodes, two builds at once
+    assert len({r.raw["built_on"]["node_id"] for r in res.values()}) == 2  # two free nodes, two builds at once
     running = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kpgo: build: running ")]
     assert running and "vanilla on " in running[0] and "o3 on " in running[0]
     for label, r in res.items():
         out = tmp_path / "run" / "builds" / label
-        assert r["ok"] and r["key"] == kbuild.key_of(build.request(label, label)) and r["variant"] == label
-        assert json.loads((out / "build.json").read_text()) == r
-        assert r["bzImage"] == str(out / "arch" / "x86" / "boot" / "bzImage") and (out / "arch" / "x86" / "boot" / "bzImage").is_file()
-        assert (out / ".kpgo-key").read_text() == r["key"] and (out / "build.log").is_file()
+        assert r.ok and r.key == kbuild.key_of(build.request(label, label)) and r.variant == label
+        assert json.loads((out / "build.json").read_text()) == r.raw
+        assert r.raw["bzImage"] == str(out / "arch" / "x86" / "boot" / "bzImage") and (out / "arch" / "x86" / "boot" / "bzImage").is_file()
+        assert (out / ".kpgo-key").read_text() == r.key and (out / "build.log").is_file()
         # compiled on its node, in the node's directory (the build's build_dir: a gcov kernel's debugfs names it)
-        node_out = cache / "cluster" / "builds" / r["built_on"]["node_id"][:12] / label / "out"
-        assert r["build_dir"] == str(node_out) and any(f"O={node_out}" in run for run in runs)
+        node_out = cache / "cluster" / "builds" / r.raw["built_on"]["node_id"][:12] / label / "out"
+        assert r.build_dir == str(node_out) and any(f"O={node_out}" in run for run in runs)
         assert kbuild.cached(build.request(label, label)) is not None
         # the task's timeline: the fake make takes 1.5 s; the wall time from submit to result holds the rest
-        t = r["built_on"]["task"]
+        t = r.raw["built_on"]["task"]
         assert set(t) == {"fetch", "work", "pack", "wall", "unpack", "bytes"} and t["wall"] >= t["fetch"] + t["work"] + t["pack"] and t["work"] >= 1.5
     assert not [p for p in (cache / "cluster" / "builds").glob("*/*")]
     # Up to date here: nothing is built again.
-    assert build.many([("vanilla", "vanilla", None), ("o3", "o3", None)]) == res and len(made(cache)) == before + 2
+    again = build.many([("vanilla", "vanilla", None), ("o3", "o3", None)])
+    assert {k: r.raw for k, r in again.items()} == {k: r.raw for k, r in res.items()} and len(made(cache)) == before + 2
 
 
 def test_no_node_can_build_is_one_line(two_nodes: tuple[Any, Any, Path], tmp_path: Path) -> None:
@@ -588,7 +590,7 @@ def test_a_node_removed_during_a_build(two_nodes: tuple[Any, Any, Path], tmp_pat
     res = opts.builder(*opts.kernel(), Cluster(cluster.address)).many([(v, v, None) for v in ("vanilla", "o3", "os")])
     killer.join()
     assert removed, "the added node was not seen building"
-    assert all(r["ok"] and r["built_on"]["node_id"] != fresh.node_id for r in res.values())
+    assert all(r.ok and r.raw["built_on"]["node_id"] != fresh.node_id for r in res.values())
     for label, r in res.items():
-        assert json.loads((tmp_path / "run" / "builds" / label / "build.json").read_text()) == r
+        assert json.loads((tmp_path / "run" / "builds" / label / "build.json").read_text()) == r.raw
     assert sorted(p.name for p in (tmp_path / "run" / "builds").iterdir()) == ["o3", "os", "vanilla"]

@@ -163,15 +163,16 @@ def test_real_builds_on_a_local_cluster(tiny_run: Path, two_nodes: tuple[Any, An
     opts = replace(study.run_options(tiny_run), run_dir=tmp_path / "run")
     res = opts.builder(*opts.kernel(), KpgoCluster(cluster.address)).many(
         [("vanilla", "vanilla", None), ("optimized", "optimized-micro", tiny_run / "profiles" / "micro")])
-    assert {r["built_on"]["node_id"] for r in res.values()} == {cluster.head_node.node_id, worker.node_id}
+    assert {r.raw["built_on"]["node_id"] for r in res.values()} == {cluster.head_node.node_id, worker.node_id}
     for label, r in res.items():
         mine = json.loads((tiny_run / "builds" / label / "build.json").read_text())
-        assert r["ok"] and r["key"] == mine["key"]
-        assert r["sizes"]["functions_size"] == mine["sizes"]["functions_size"] and r["sizes"]["text_span"] == mine["sizes"]["text_span"]
+        assert r.ok and r.key == mine["key"]
+        assert r.sizes["functions_size"] == mine["sizes"]["functions_size"] and r.sizes["text_span"] == mine["sizes"]["text_span"]
         out = tmp_path / "run" / "builds" / label
         assert (out / "vmlinux").is_file() and (out / "arch" / "x86" / "boot" / "bzImage").is_file()
-    assert res["optimized-micro"]["proof"]["ok"]
-    assert res["optimized-micro"]["proof"] == json.loads((tiny_run / "builds" / "optimized-micro" / "build.json").read_text())["proof"]
+    proof = res["optimized-micro"].proof
+    assert proof is not None and proof.ok
+    assert proof.raw == json.loads((tiny_run / "builds" / "optimized-micro" / "build.json").read_text())["proof"]
     assert json.loads((tmp_path / "run" / "builds" / "optimized-micro" / "proof.json").read_text())["summary"]["ok"]
-    print(json.dumps({label: {"node": r["built_on"]["node_id"][:8], "seconds": r["seconds"], "reuse": r["reuse"],
-                              "objects_compiled": r["objects_compiled"]} for label, r in res.items()}, indent=1))
+    print(json.dumps({label: {"node": r.raw["built_on"]["node_id"][:8], "seconds": r.seconds, "reuse": r.raw["reuse"],
+                              "objects_compiled": r.raw["objects_compiled"]} for label, r in res.items()}, indent=1))

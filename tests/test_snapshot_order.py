@@ -75,14 +75,17 @@ def test_a_profile_read_in_the_walks_order_is_collected_again(tmp_path: Path) ->
     reads' own kernel work, so `kpgo run` collects it again."""
     import json
 
-    from kpgo import pipeline, workloads
+    from kpgo import pipeline, records, workloads
+
+    def instrumented(key: str) -> records.Build:  # the run's instrumented build, as the collect step is handed it
+        return records.Build(True, key, "instrumented", "6.12.0", None, {}, {}, None)
 
     wl = workloads.load("redis")
     raw = tmp_path / "redis.raw"
     raw.mkdir()
     old = {"kind": "kernel-gcov-profile", "build_key": "k1", "workload": {"name": "redis", "params": wl.params}}
     (raw / "profile.json").write_text(json.dumps(old))
-    assert pipeline._collected(tmp_path, {"key": "k1"}, wl) is None
+    assert pipeline._collected(tmp_path, instrumented("k1"), wl) is None
     (raw / "profile.json").write_text(json.dumps(old | {"gcda_read_first": [40, 110]}))
-    assert pipeline._collected(tmp_path, {"key": "k1"}, wl) is not None
-    assert pipeline._collected(tmp_path, {"key": "k2"}, wl) is None
+    assert pipeline._collected(tmp_path, instrumented("k1"), wl) is not None
+    assert pipeline._collected(tmp_path, instrumented("k2"), wl) is None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -136,7 +136,8 @@ REQUEST_SHAPE = {"source": (str, None), "base": (str, None), "config": (str, Non
 class Builder:
     """build(variant, label, profile=None): the run's kernel of that variant (a name, or a variants.Variant from a
     user's file) in RUN/builds/LABEL, cached; many([(variant, label, profile), ...]) several, which on a cluster are
-    built at once, each on its own node (kpgo.cluster.builds; the builds up to date here are kept)."""
+    built at once, each on its own node (kpgo.cluster.builds; the builds up to date here are kept). Each build is handed
+    back as the record of its build.json."""
 
     opts: RunOptions
     spec: kconfig.ConfigSpec
@@ -153,14 +154,14 @@ class Builder:
         return kbuild.BuildRequest(self.src, self.spec, v, o.run_dir / "builds" / label, profile, o.jobs, kcflags, o.values and v.gcov,
                                    branches if v.order else None, branches if v.bolt else None)
 
-    def __call__(self, variant: str | variants.Variant, label: str, profile: Path | None = None, branches: Path | None = None) -> dict:
+    def __call__(self, variant: str | variants.Variant, label: str, profile: Path | None = None, branches: Path | None = None) -> records.Build:
         return self.many([(variant, label, profile, branches)])[label]
 
-    def many(self, wanted: Sequence[Wanted]) -> dict[str, dict]:
+    def many(self, wanted: Sequence[Wanted]) -> dict[str, records.Build]:
         reqs = {w[1]: self.request(*w) for w in wanted}
         if self.cluster is None:
-            return {label: kbuild.build(r) for label, r in reqs.items()}
-        done = {label: rec for label, r in reqs.items() if (rec := kbuild.cached(r)) is not None}
+            return {label: records.Build.of(r.out, kbuild.build(r)) for label, r in reqs.items()}
+        done = {label: records.Build.of(r.out, rec) for label, r in reqs.items() if (rec := kbuild.cached(r)) is not None}
         todo = [r for label, r in reqs.items() if label not in done]
         failed: list[KpgoError] = []
         for r, res in self.cluster.builds(todo, self.opts.source):
@@ -168,7 +169,7 @@ class Builder:
                 say(f"build {r.out.name}: FAILED: {res}")
                 failed.append(res)
             else:
-                done[r.out.name] = res
+                done[r.out.name] = records.Build.of(r.out, res)
         if failed:
             raise type(failed[0])(f"{len(failed)} of {len(todo)} builds on the cluster failed (first: {failed[0].message})", failed[0].hint)
         return {label: done[label] for label in reqs}
@@ -224,7 +225,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     if cluster:  # each step's builds at once, each on a node; the steps below then find them up to date
         timed("builds on the cluster: instrumented, vanilla", lambda: build.many([("instrumented", "instrumented", None), ("vanilla", "vanilla", None)]))
     instr = timed("build instrumented", lambda: build("instrumented", "instrumented"))
-    profiles: dict[str, tuple[dict, dict]] = {}
+    profiles: dict[str, tuple[records.Profile, dict]] = {}  # each workload's collection and its fixed profile's stats
     raws = timed("collect on the cluster", lambda: collect_cached_on_cluster(
         rd / "profiles", rd / "builds" / "instrumented", instr, list(opts.workloads), opts.guest, cluster)) if cluster else {}
     for wl in opts.workloads:
@@ -256,7 +257,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     cells += [(c, n) for c in CLANG if c in opt for n in names]
     cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     cells += [(f"{v}-{n}", n) for v in LAYOUT for n in names if f"{v}-{n}" in opt]
-    builds = {label: records.Build.from_json(m, rd / "builds" / label / "build.json") for label, m in (("vanilla", van), ("instrumented", instr), *opt.items())}
+    builds = {"vanilla": van, "instrumented": instr, **opt}
     proofs = {label: b.proof.raw if b.proof else None for label, b in builds.items()}  # run.json keeps each proof as build.json has it
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
                                                  cluster=cluster))
@@ -271,15 +272,14 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
                 "params": wl.params,
                 "unit": wl.unit,
                 "client": client.placement_of(wl),
-                "profile": {"collected": {k: profiles[n][0].get(k) for k in ("files", "arcs_sum", "throughput", "gcov_version")}, "stats": profiles[n][1]},
+                "profile": {"collected": asdict(profiles[n][0].collected), "stats": profiles[n][1]},
                 "proof": proofs[f"optimized-{n}"],
             }
             for n, wl in zip(names, opts.workloads)
         },
         "universal": {u: {"proof": proofs[u], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
         **({"clang": {c: {"proof": proofs[c]} for c in CLANG}} if "clang" in opts.studies else {}),
-        **({"layout": {f"{v}-{n}": {k: opt[f"{v}-{n}"].get(k) for k in ("proof", "bolt", "order")} for v in LAYOUT for n in names}}
-           if "layout" in opts.studies else {}),
+        **({"layout": {f"{v}-{n}": _layout_info(builds[f"{v}-{n}"]) for v in LAYOUT for n in names}} if "layout" in opts.studies else {}),
         **({"variability": {n: {"proof": proofs[f"optimized-{n}{AGAIN_SUFFIX}"], "profile": str(rd / "profiles" / AGAIN / n)}
                             for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
@@ -293,7 +293,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     return summary
 
 
-def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
+def _again(opts: RunOptions, instr: records.Build, names: list[str]) -> list[Wanted]:
     """The variability study: each workload's profile collected again on the instrumented kernel (a boot of its own),
     fixed, and compared with the first collections (self-similarity beside cross-application similarity); the kernels
     to build from the second collections."""
@@ -316,7 +316,7 @@ def _again(opts: RunOptions, instr: dict, names: list[str]) -> list[Wanted]:
     return [("optimized", f"optimized-{n}{AGAIN_SUFFIX}", again / n) for n in names]
 
 
-def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: dict, opt: dict[str, dict]) -> dict[str, dict]:
+def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: records.Build, opt: dict[str, records.Build]) -> dict[str, records.Build]:
     """The layout study's kernels: each workload's branches recorded on vanilla and on its optimized kernel, then
     BOLT on vanilla from the first, BOLT on the PGO kernel and the PGO kernel in C3's function order from the second
     (docs/LAYOUT.md)."""
@@ -334,7 +334,7 @@ def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: dict, opt: 
     return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
 
 
-def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict]:
+def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, records.Build]:
     """The clang study's kernels: clang-train, its branch records under every workload, their sample profile, and
     the four kernels measured (kpgo.afdo; docs/CLANG.md)."""
     from kpgo import afdo
@@ -348,7 +348,7 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
     inputs = [rd / "branches" / "clang-train" / wl.name for wl in opts.workloads]
     have = afdo.read_profile(prof) if afdo.is_sample_profile(prof) else {}
     if [(i.get("dir"), i.get("samples") is not None) for i in have.get("inputs", [])] != [(str(d.resolve()), True) for d in inputs] or \
-            have.get("build_id") != recs[0]["build_id"] or not have.get("normalized"):
+            have.get("build_id") != recs[0].build_id or not have.get("normalized"):
         shutil.rmtree(prof, ignore_errors=True)
         timed("profile afdo", lambda: afdo.make(inputs, prof, normalize=True))
     else:
@@ -357,13 +357,13 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, dict
     return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
 
 
-def branches_cached(out: Path, build_dir: Path, built: dict, wl: Workload, guest: vm.Guest) -> dict:
+def branches_cached(out: Path, build_dir: Path, built: records.Build, wl: Workload, guest: vm.Guest) -> records.Profile:
     """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
     have = records.Profile.read(out, strict=False)
-    if have.build_key == built["key"] and have.params == wl.params:
+    if have.build_key == built.key and have.params == wl.params:
         say(f"collect {wl.name} --branches: up to date in {out}")
-        return have.raw
-    return collect.collect_branches(build_dir, wl, out, guest=guest, replace=True)
+        return have
+    return records.Profile.of(out, collect.collect_branches(build_dir, wl, out, guest=guest, replace=True))
 
 
 def _build_info(b: records.Build) -> dict:
@@ -371,29 +371,36 @@ def _build_info(b: records.Build) -> dict:
     return {"seconds": b.seconds["total"], "sizes": b.sizes, "release": b.kernel_release}
 
 
-def _collected(profiles: Path, instr: dict, wl: Workload) -> dict | None:
+def _layout_info(b: records.Build) -> dict:
+    """What run.json keeps of a layout kernel: its proof, BOLT's report and the order's check, each as build.json has it."""
+    return {"proof": b.proof.raw if b.proof else None, "bolt": b.bolt, "order": b.order}
+
+
+def _collected(profiles: Path, instr: records.Build, wl: Workload) -> records.Profile | None:
     """PROFILES/NAME.raw's profile.json if it was collected from this build with these parameters."""
     raw = profiles / f"{wl.name}.raw"
     have = records.Profile.read(raw, strict=False)
     # Profiles from before client placement existed were collected with the client in the guest.
     same_client = (have.client == "host") == (client.placement_of(wl) == "host")
     # Profiles whose snapshot read the files in the walk's order hold the reads' own kernel work: collected again.
-    if have.build_key == instr["key"] and have.params == wl.params and same_client and have.read_first is not None:
+    if have.build_key == instr.key and have.params == wl.params and same_client and have.read_first is not None:
         say(f"collect {wl.name}: up to date in {raw}")
-        return have.raw
+        return have
     return None
 
 
-def collect_cached(profiles: Path, build: Path, instr: dict, wl: Workload, guest: vm.Guest) -> dict:
+def collect_cached(profiles: Path, build: Path, instr: records.Build, wl: Workload, guest: vm.Guest) -> records.Profile:
     """PROFILES/NAME.raw from the instrumented build, unless it is there for the same build and parameters."""
     have = _collected(profiles, instr, wl)
     if have is not None:
         return have
     shutil.rmtree(profiles / wl.name, ignore_errors=True)
-    return collect.collect(build, wl, profiles / f"{wl.name}.raw", guest=guest, replace=True)
+    out = profiles / f"{wl.name}.raw"
+    return records.Profile.of(out, collect.collect(build, wl, out, guest=guest, replace=True))
 
 
-def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: list[Workload], guest: vm.Guest, cluster: Remote) -> dict[str, dict]:
+def collect_cached_on_cluster(profiles: Path, build: Path, instr: records.Build, wls: list[Workload], guest: vm.Guest,
+                              cluster: Remote) -> dict[str, records.Profile]:
     """collect_cached of every workload, those not up to date collected at once on the cluster's guest nodes; the
     first failure is raised once every collection ended (the profiles that were written stay for a rerun)."""
     have = {wl.name: p for wl in wls if (p := _collected(profiles, instr, wl)) is not None}
@@ -408,7 +415,7 @@ def collect_cached_on_cluster(profiles: Path, build: Path, instr: dict, wls: lis
             say(f"collect {wl.name}: FAILED: {res}")
             failed.append(res)
         else:
-            have[wl.name] = res
+            have[wl.name] = records.Profile.of(outs[wl.name], res)
     if failed:
         raise type(failed[0])(f"{len(failed)} of {len(todo)} collections on the cluster failed (first: {failed[0].message})", failed[0].hint)
     return have
@@ -429,15 +436,16 @@ def _merge(rd: Path, names: list[str], label: str, normalize: bool) -> dict:
     return merge_profiles(srcs, dst, normalize=normalize)
 
 
-def fix_cached(profiles: Path, instr: dict, wl: Workload, prof: dict) -> dict:
-    """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed)."""
+def fix_cached(profiles: Path, instr: records.Build, wl: Workload, prof: records.Profile) -> dict:
+    """PROFILES/NAME: the raw profile with the object summary added (redone when the raw one changed); its stats
+    (kpgo.gcov.profile.profile_stats)."""
     from kpgo.gcov.profile import fix_profile, profile_stats
 
     raw = profiles / f"{wl.name}.raw"
     fixed = profiles / wl.name
     have = records.Profile.read(fixed, strict=False)
     # "left_out" in "fixed": fixed by a kpgo that leaves the gcov code's counters out (an older fix is redone)
-    if have.build_key == instr["key"] and have.collected_at == prof.get("collected_at") and "left_out" in (have.fixed or {}):
+    if have.build_key == instr.key and have.collected_at == prof.collected_at and "left_out" in (have.fixed or {}):
         say(f"profile fix {wl.name}: up to date in {fixed}")
     else:
         shutil.rmtree(fixed, ignore_errors=True)

@@ -159,7 +159,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
     cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]
     res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim, cluster=cluster)
-    table = compiler_table(res, plan, {label: records.Build.from_json(m, run_dir / "builds" / label / "build.json").sizes for label, m in builds.items()})
+    table = compiler_table(res, plan, {label: b.sizes for label, b in builds.items()})
     atomic.write_json(out / "compiler.json", table)
     return table, res
 
