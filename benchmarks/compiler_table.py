@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kpgo import bench, study
+from kpgo import records, study
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("table", type=Path, help="the study's compiler.json")
     ap.add_argument("results", type=Path, help="the study's results.json")
     a = ap.parse_args()
-    results = bench.restate(json.loads(a.results.read_text()))
+    results = records.Results.from_json(json.loads(a.results.read_text()), a.results)  # restated as it is read
     print(study.format_compiler(study.restate_table(json.loads(a.table.read_text()), results)))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MICRO_OPS, assert_one_line_error, kpgo
-from kpgo import bench, study, variants
+from kpgo import bench, records, study, variants
 from kpgo.errors import UserError
 
 DATA = Path(__file__).parent / "data" / "report" / "tiny-cross-sim"
@@ -43,16 +43,17 @@ def test_plan_refuses_the_instrumented_kernel_and_clashing_labels(tmp_path: Path
         study.compiler_plan(variants.parse_names("pgo-o3,pgo-o3-redis", [mine]), ["redis"])
 
 
-def recorded() -> tuple[dict, dict]:
-    # recorded by a bench of schema 2: its intervals computed again as the report does (kpgo.bench.restate)
-    return bench.restate(json.loads((DATA / "bench" / "results.json").read_text())), json.loads((DATA / "run.json").read_text())
+def recorded() -> tuple[records.Results, dict]:
+    # recorded by a bench of schema 2: its intervals computed again as the report does (kpgo.bench.restate, as it is read)
+    path = DATA / "bench" / "results.json"
+    return records.Results.from_json(json.loads(path.read_text()), path), json.loads((DATA / "run.json").read_text())
 
 
 def recorded_table() -> dict:
     # The recorded run measured vanilla and each workload's optimized kernel on both workloads: exactly the kernels a
     # study of the `optimized` variant measures (plus the cross cells, which the study's table does not read).
     res, run = recorded()
-    plan = study.compiler_plan([variants.get("optimized")], list(res["workloads"]))
+    plan = study.compiler_plan([variants.get("optimized")], list(res.workloads))
     return study.compiler_table(res, plan, {label: b["sizes"] for label, b in run["builds"].items()})
 
 
@@ -61,17 +62,17 @@ def test_table_takes_the_bench_figures() -> None:
     table = recorded_table()
     assert table["headline"] == "simulated" and table["metrics"][0] == "kernel_insns_per_op"
     opt = next(v for v in table["variants"] if v["variant"] == "optimized")
-    for n, w in res["workloads"].items():
+    for n, w in res.raw["workloads"].items():  # the bench's own figures, as restated
         assert opt["kernels"][n] == f"optimized-{n}"
         for m in ("kernel_insns_per_op", "kernel_l1i_misses_per_op"):
             assert opt["workloads"][n][m]["ratio"] == w["sim"][f"optimized-{n}"][m]["ratio"]
         row = next(r for r in w["summary"] if r["kernel"] == f"optimized-{n}")
         assert opt["workloads"][n]["speedup"]["ratio"] == row["speedup"]
     # the variant's geomean pairs each per-workload kernel with its own workload: the run's app-specific geomean
-    own = bench.own_sim_geomean(res)
+    own = bench.own_sim_geomean(res.raw)
     for m, g in own.items():
         assert math.isclose(opt["geomean"][m]["ratio"], g["ratio"]) and opt["geomean"][m]["workloads"] == g["workloads"]
-    sizes = [run["builds"][f"optimized-{n}"]["sizes"]["text_unlikely"] for n in res["workloads"]]
+    sizes = [run["builds"][f"optimized-{n}"]["sizes"]["text_unlikely"] for n in res.workloads]
     assert opt["size"]["text_unlikely"] == {"mean": sum(sizes) / 2, "min": min(sizes), "max": max(sizes), "builds": 2}
     assert "geomean" in opt and not next(v for v in table["variants"] if v["variant"] == "vanilla")["geomean"]
 

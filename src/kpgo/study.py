@@ -159,7 +159,7 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
     kernels = [bench.Kernel(b.label, run_dir / "builds" / b.label) for b in plan]
     cells = [(b.label, w.name) for b in plan for w in wls if b.workload in (None, w.name)]
     res = bench.bench(kernels, wls, out, design=design, guest=guest, cells=cells, sim=sim, cluster=cluster)
-    table = compiler_table(res, plan, {label: b.sizes for label, b in builds.items()})
+    table = compiler_table(records.Results.from_json(res, out / "results.json"), plan, {label: b.sizes for label, b in builds.items()})
     atomic.write_json(out / "compiler.json", table)
     return table, res
 
@@ -167,14 +167,15 @@ def compiler(run_dir: Path, chosen: list[variants.Variant], names: list[str] | N
 SIZE_KEYS = ("functions_size", "text_span", "text_unlikely", "bzimage")
 
 
-def compiler_table(results: dict, plan: list[VariantBuild], sizes: dict[str, dict]) -> dict:
+def compiler_table(results: records.Results, plan: list[VariantBuild], sizes: dict[str, dict]) -> dict:
     """The study's table from its bench results: per variant and workload the ratio to vanilla in each headline metric
     with its CI, the geomean over workloads, and the code size (PGO variants: the mean over their per-workload
     builds, with the range)."""
-    headline = results["measurement"].get("headline") or ("simulated" if results["measurement"].get("sim") else "wall-clock")  # older benches
+    m = results.measurement
+    headline = m.headline or ("simulated" if m.sim else "wall-clock")  # older benches did not say
     simulated = headline == "simulated"
     metrics = bench.SIM_HEADLINE + ("speedup",) if simulated else ("speedup",)
-    names = list(results["workloads"])
+    names = list(results.workloads)
     rows = []
     for v in dict.fromkeys(b.variant for b in plan):
         mine = [b for b in plan if b.variant == v]
@@ -189,21 +190,22 @@ def compiler_table(results: dict, plan: list[VariantBuild], sizes: dict[str, dic
             "kernels": {n: labels[n] for n in names}, **_ratios(results, labels, metrics, v.name == "vanilla"), "size": size,
         })
     return {"schema": 1, "baseline": "vanilla", "headline": headline, "metrics": list(metrics), "workloads": names,
-            "variants": rows, "note": results.get("note", ""), "interval": present.interval_text(results)}
+            "variants": rows, "note": results.note or "", "interval": present.interval_text(results)}
 
 
-def _ratios(results: dict, labels: dict[str, str], metrics: Sequence[str], baseline: bool) -> dict[str, Any]:
-    """A variant's row of ratios: per workload its kernel's ratio to vanilla in each metric, and the geomeans."""
+def _ratios(results: records.Results, labels: dict[str, str], metrics: Sequence[str], baseline: bool) -> dict[str, Any]:
+    """A variant's row of ratios: per workload its kernel's ratio to vanilla in each metric, and the geomeans (computed
+    from the samples by kpgo.bench, over the results as read)."""
     per: dict[str, dict[str, Any]] = {}
     for n, label in labels.items():
-        w = results["workloads"][n]
-        row = next((r for r in w["summary"] if r["kernel"] == label), None)
-        sim = (w.get("sim") or {}).get(label) or {}
-        per[n] = {m: _ratio(sim[m]) for m in metrics if m in sim} | ({"speedup": _ratio(row, "speedup")} if row else {})
-    return {"workloads": per, "geomean": {m: g for m in metrics if not baseline and (g := bench.geomean_of(results, labels, m))}}
+        w = results.workloads[n]
+        row = w.row(label)
+        sim = w.sim.get(label) or {}
+        per[n] = {m: _ratio(sim[m]) for m in metrics if m in sim} | ({"speedup": _ratio(row, speedup=True)} if row else {})
+    return {"workloads": per, "geomean": {m: g for m in metrics if not baseline and (g := bench.geomean_of(results.raw, labels, m))}}
 
 
-def restate_table(table: dict, results: dict) -> dict:
+def restate_table(table: dict, results: records.Results) -> dict:
     """compiler.json as this kpgo computes its ratios from the study's (restated: kpgo.bench.restate) results."""
     if table.get("interval") == present.interval_text(results):
         return table
@@ -211,8 +213,10 @@ def restate_table(table: dict, results: dict) -> dict:
     return {**table, "variants": rows, "interval": present.interval_text(results)}
 
 
-def _ratio(m: dict, key: str = "ratio") -> dict[str, Any]:
-    return {"ratio": m[key], "ci_low": m["ci_low"], "ci_high": m["ci_high"], "ci_includes_1": m["ci_includes_1"], "ci_method": m.get("ci_method")}
+def _ratio(s: records.Stat, speedup: bool = False) -> dict[str, Any]:
+    """A ratio of the table as compiler.json keeps it; speedup: a summary row's speedup, with the row's interval."""
+    return {"ratio": s.speedup if speedup else s.ratio, "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_includes_1": s.ci_includes_1,
+            "ci_method": s.ci_method}
 
 
 def _metric_name(m: str) -> str:

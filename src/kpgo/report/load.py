@@ -89,7 +89,7 @@ def load(run_dir: Path) -> RunData:
     if table is not None and comp is not None:
         from kpgo import study
 
-        table = study.restate_table(table, comp.raw)
+        table = study.restate_table(table, comp)
     if run is None and results is None:
         raise UserError(f"{run_dir} has neither run.json nor bench/results.json",
                         "give the directory of a `kpgo run` (its --dir) after it finished")
