@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The hot functions of one workload as GCC's profile and Clang's sample profile see them (issue 36: compare the hot
+"""The hot functions of one workload as GCC's profile and Clang's sample profile see them (compare the hot
 sets): GCC's from the instrumented kernel's arc counters (each function's entry count, `kpgo profile compare`'s
 model), Clang's from the emulator's branch records of the clang-train kernel through llvm-profgen (each top-level
 function's head samples: how often it was entered, as sampled). Names are compared without the suffixes the two
