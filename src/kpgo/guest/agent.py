@@ -364,8 +364,9 @@ def snapshot_order(prefix, timings):
     before = [read_all(p) for p in paths]
     moved = [p for p, a in zip(paths, before) if read_all(p) != a]
     own = [p for p in moved if read_all(p) != read_all(p)]
-    order = own + [p for p in moved if p not in set(own)]
-    order += [p for p in paths if p not in set(moved)]
+    first = set(own)
+    changed = set(moved)
+    order = own + [p for p in moved if p not in first] + [p for p in paths if p not in changed]
     timings["snapshot_order"] = round(time.monotonic() - t, 2)
     return order, [len(own), len(moved)]
 
