@@ -13,12 +13,10 @@ the entries. Names are compared without clone suffixes. Prints and writes JSON a
 from __future__ import annotations
 
 import argparse
-import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from hot_sets import base, gcc_entries
+from hot_sets import base, gcc_entries, provenance
 
 from kpgo import atomic, branches
 
@@ -82,10 +80,7 @@ def main() -> None:
     ap.add_argument("--name", required=True)
     a = ap.parse_args()
     res = compare(gcc_entries(a.gcov, a.build), record_entries(a.branches))
-    here = Path(__file__).resolve().parent
-    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    doc = {"name": a.name, "gcov_profile": a.gcov.name, "branch_profile": a.branches.name, "kpgo_commit": commit or "unknown",
-           "made": datetime.now(UTC).strftime("%Y-%m-%d"), **res}
+    doc = {"name": a.name, "gcov_profile": a.gcov.name, "branch_profile": a.branches.name, **provenance(), **res}
     a.o.mkdir(parents=True, exist_ok=True)
     atomic.write_json(a.o / f"branch-truth-{a.name}.json", doc)
     met = ", ".join(f"{m} ≥ {g['bar']}: {'met' if g['met'] else 'missed'}" for m, g in res["goals"].items())

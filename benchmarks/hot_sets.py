@@ -70,6 +70,13 @@ def compare(gcc: dict[str, float], clang: dict[str, float]) -> dict:
     }
 
 
+def provenance() -> dict[str, str]:
+    """The kpgo commit and the day a committed result was made, for its JSON and Markdown (hot_sets, branch_truth)."""
+    here = Path(__file__).resolve().parent
+    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"kpgo_commit": commit or "unknown", "made": datetime.now(UTC).strftime("%Y-%m-%d")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gcc", type=Path, required=True, help="a gcov profile directory (kpgo collect / profile fix)")
@@ -79,10 +86,7 @@ def main() -> None:
     ap.add_argument("--name", required=True)
     a = ap.parse_args()
     res = compare(gcc_entries(a.gcc, a.build), clang_entries(a.clang))
-    here = Path(__file__).resolve().parent
-    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    doc = {"name": a.name, "gcc_profile": a.gcc.name, "clang_profile": a.clang.name, "kpgo_commit": commit or "unknown",
-           "made": datetime.now(UTC).strftime("%Y-%m-%d"), **res}
+    doc = {"name": a.name, "gcc_profile": a.gcc.name, "clang_profile": a.clang.name, **provenance(), **res}
     a.o.mkdir(parents=True, exist_ok=True)
     atomic.write_json(a.o / f"hot-sets-{a.name}.json", doc)
     lines = [f"# Hot functions, GCC profile vs Clang sample profile: {a.name}", "",
