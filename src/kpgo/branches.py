@@ -144,6 +144,70 @@ def read_records(path: Path, build_id: str | None = None) -> Records:
                    entries_bound, stacks_bound, file_id, edges, ranges, tuple(stacks), len(data))
 
 
+def write_records(records: Records, out: Path) -> None:
+    """`records` in the plugin's format (kpgosim.c write_records), written whole: how a merge of records is kept, so
+    that every reader of records reads it as it reads the plugin's."""
+    ident = bytes.fromhex(records.build_id)
+    parts = [_HEAD.pack(MAGIC, RECORDS_FORMAT, SIDES.index(records.side), records.period, records.depth, records.vcpus,
+                        records.windows, int(records.open_window), records.branches, records.samples, records.lost_edges,
+                        records.lost_ranges, records.lost_samples, records.entries_bound, records.stacks_bound,
+                        len(records.edges), len(records.ranges), len(records.stacks), len(ident), ident),
+             records.edges.astype("<u8").tobytes(), records.ranges.astype("<u8").tobytes()]
+    for st in records.stacks:
+        parts += [struct.pack("<2Q", st.count, len(st.branches)), st.branches.astype("<u8").tobytes()]
+    body = b"".join(parts) + END
+    from kpgo import atomic
+
+    atomic.write_bytes(out, body + struct.pack("<Q", len(body) + 8))
+
+
+def _summed(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `keys` (sorted, as the plugin writes its tables) and the sum of `counts` over each."""
+    if not len(keys):
+        return keys, counts
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    sums = np.zeros(len(uniq))
+    np.add.at(sums, inv.reshape(-1), counts)
+    return uniq, sums
+
+
+def merge_records(parts: list[Records], factors: list[float]) -> Records:
+    """The records of one kernel added up, part i's counts times factors[i], rounded to whole counts (a key whose
+    count rounds to 0 is left out). Parts of another side, sampling period or kernel are a UserError."""
+    first = parts[0]
+    for r in parts[1:]:
+        if (r.side, r.period, r.build_id) != (first.side, first.period, first.build_id):
+            raise UserError(f"branch records of the {r.side} side every {r.period} branches of build id {r.build_id or '(none)'} cannot be "
+                            f"added to those of the {first.side} side every {first.period} of {first.build_id or '(none)'}",
+                            "merge records of one kernel, recorded with the same --period")
+
+    def whole(x: float) -> int:
+        return int(round(x))
+
+    edges, e_counts = _summed(np.concatenate([r.edges[:, [0, 1, 3]] for r in parts]),
+                              np.concatenate([r.edges[:, 2].astype(float) * f for r, f in zip(parts, factors)]))
+    ranges, r_counts = _summed(np.concatenate([r.ranges[:, :2] for r in parts]),
+                               np.concatenate([r.ranges[:, 2].astype(float) * f for r, f in zip(parts, factors)]))
+    e_counts, r_counts = np.rint(e_counts).astype(np.uint64), np.rint(r_counts).astype(np.uint64)
+    edges = np.column_stack([edges[:, :2], e_counts, edges[:, 2]]).astype(np.uint64)[e_counts > 0] if len(edges) else first.edges[:0]
+    ranges = np.column_stack([ranges, r_counts]).astype(np.uint64)[r_counts > 0] if len(ranges) else first.ranges[:0]
+    stacks: dict[bytes, tuple[float, np.ndarray]] = {}
+    for r, f in zip(parts, factors):
+        for st in r.stacks:
+            key = st.branches.tobytes()
+            have = stacks.get(key)
+            stacks[key] = ((have[0] if have else 0.0) + st.count * f, st.branches)
+    kept = tuple(Stack(whole(c), b) for c, b in stacks.values() if whole(c) > 0)
+
+    def total(key: str) -> int:
+        return whole(sum(getattr(r, key) * f for r, f in zip(parts, factors)))
+
+    return Records(first.side, first.period, first.depth, max(r.vcpus for r in parts), sum(r.windows for r in parts),
+                   any(r.open_window for r in parts), total("branches"), sum(st.count for st in kept), total("lost_edges"),
+                   total("lost_ranges"), total("lost_samples"), max(r.entries_bound for r in parts), max(r.stacks_bound for r in parts),
+                   first.build_id, edges, ranges, kept, 0)
+
+
 # ---- ELF: build id and executable segments (no pyelftools) ----
 
 @dataclass(frozen=True)
@@ -506,3 +570,55 @@ def read_profile(path: Path) -> dict:
             raise UserError(f"the branch profile {path} lacks {name}", "collect it again")
         files[name] = f.stat().st_size
     return dict(manifest, records=records.summary(), files=files)
+
+
+def _workload_name(manifest: dict) -> str | None:
+    wl = manifest.get("workload")
+    return wl.get("name") if isinstance(wl, dict) and isinstance(wl.get("name"), str) else None
+
+
+def merge(inputs: list[Path], out: Path, weights: list[float] | None = None, normalize: bool = False) -> dict:
+    """The branch profiles `inputs`, recorded on one kernel, merged into the new profile directory `out` (a universal
+    layout profile): edges, ranges and sampled stacks summed, input i's counts times weights[i] and, with
+    `normalize`, times the most recorded branches of any input over its own (so each weighs as much as the others,
+    as `kpgo profile merge --normalize` weighs gcov profiles); BOLT's profile, the perf script and the call graph are
+    made from the merged records. Its manifest is returned."""
+    import time
+
+    from kpgo import atomic
+
+    if not inputs:
+        raise UserError("no branch profile given", "pass two or more directories from `kpgo collect BUILD --branches`")
+    weights = list(weights) if weights is not None else [1.0] * len(inputs)
+    if len(weights) != len(inputs) or any(not w > 0 for w in weights):
+        raise UserError(f"--weights needs {len(inputs)} positive numbers, one per input", "e.g. --weights 1,2")
+    atomic.check_output(out, inputs=inputs)
+    manifests = [read_profile(p) for p in inputs]
+    ids = {str(m.get("build_id")) for m in manifests}
+    if len(ids) != 1:
+        raise UserError("the branch profiles were recorded on different kernels (build ids " + ", ".join(sorted(ids)) + ")",
+                        "merge the records of one kernel")
+    vmlinux, build_id = recorded_kernel(manifests[0], f"the branch profile {inputs[0]}")
+    parts = [read_records(Path(p) / RECORDS_FILE, build_id) for p in inputs]
+    most = max(r.branches for r in parts)
+    factors = [w * (most / r.branches if normalize and r.branches else 1.0) for w, r in zip(weights, parts)]
+    merged = merge_records(parts, factors)
+    first = manifests[0]
+    with atomic.output_dir(out) as tmp:
+        write_records(merged, tmp / RECORDS_FILE)
+        outputs = make_outputs(read_records(tmp / RECORDS_FILE, build_id), vmlinux, tmp)
+        manifest = {
+            "kind": PROFILE_KIND,
+            "build_id": build_id,
+            "vmlinux": str(vmlinux),
+            **{k: first[k] for k in ("kernel_release", "config_name", "build_dir", "build_key", "variant") if first.get(k) is not None},
+            "merged": {"inputs": [{"dir": str(Path(p).resolve()), "workload": _workload_name(m),
+                                   "collected_at": m.get("collected_at"), "branches": r.branches, "weight": w, "factor": round(f, 6)}
+                                  for p, m, r, w, f in zip(inputs, manifests, parts, weights, factors)],
+                       "normalize": normalize},
+            **outputs,
+            "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        manifest["files"] = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
+        atomic.write_json(tmp / "profile.json", manifest)
+    return manifest

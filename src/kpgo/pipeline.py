@@ -13,7 +13,11 @@ the two collections' similarity beside the workloads' (RUN/studies/variability/s
 measures the kernel built from the second (optimized-<wl>.2) beside the first on its workload;
 `layout` records every workload's branches on vanilla and on its optimized kernel
 (RUN/branches/<kernel>/<wl>) and measures, each on its workload, vanilla + BOLT (bolt-<wl>), PGO +
-BOLT (pgo-bolt-<wl>) and PGO + function order (pgo-order-<wl>) (docs/LAYOUT.md);
+BOLT (pgo-bolt-<wl>) and PGO + function order (pgo-order-<wl>); with several workloads also their universal
+variants, measured on every workload: BOLT on vanilla from every workload's records merged normalized
+(RUN/branches/merged/vanilla; bolt-universal) and, with `universal` too, the workloads' records on
+universal-norm merged (RUN/branches/merged/universal-norm) for pgo-bolt-universal and pgo-order-universal
+(docs/LAYOUT.md);
 `clang` builds the clang-train kernel, records its branches under every workload
 (RUN/branches/clang-train/<wl>), makes their normalized sample profile (RUN/profiles/clang-afdo) and
 measures clang, clang-thinlto, clang-afdo and clang-afdo-thinlto on every workload (docs/CLANG.md).
@@ -185,6 +189,7 @@ def _path(s: str | None) -> Path | None:
 
 STUDIES = ("universal", "cross", "variability", "layout", "clang")
 LAYOUT = ("bolt", "pgo-bolt", "pgo-order")  # the layout study's variants: LABEL-<wl>, each measured on its workload
+UNIVERSAL_LAYOUT = "universal"  # LABEL-universal: from every workload's records merged, measured on each workload
 AGAIN = "again"  # RUN/profiles/AGAIN/<wl>: the variability study's second collection of each workload's profile
 AGAIN_SUFFIX = ".2"  # optimized-<wl>.2: the kernel built from it
 CLANG = ("clang", "clang-thinlto", "clang-afdo", "clang-afdo-thinlto")  # the clang study's kernels, measured on every workload
@@ -249,7 +254,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         opt |= _layout_study(opts, build, timed, van, opt)
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt] + [c for c in CLANG if c in opt]
     labels += [f"optimized-{n}{AGAIN_SUFFIX}" for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
-    labels += [f"{v}-{n}" for v in LAYOUT for n in names if f"{v}-{n}" in opt]
+    labels += [f"{v}-{n}" for v in LAYOUT for n in [*names, UNIVERSAL_LAYOUT] if f"{v}-{n}" in opt]
     kernels = [bench.Kernel(label, rd / "builds" / label) for label in labels]
     cells = [("vanilla", n) for n in names]
     cells += [(f"optimized-{a}", b) for a in names for b in names if a == b or "cross" in opts.studies]
@@ -257,6 +262,7 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
     cells += [(c, n) for c in CLANG if c in opt for n in names]
     cells += [(f"optimized-{n}{AGAIN_SUFFIX}", n) for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     cells += [(f"{v}-{n}", n) for v in LAYOUT for n in names if f"{v}-{n}" in opt]
+    cells += [(f"{v}-{UNIVERSAL_LAYOUT}", n) for v in LAYOUT for n in names if f"{v}-{UNIVERSAL_LAYOUT}" in opt]
     builds = {"vanilla": van, "instrumented": instr, **opt}
     proofs = {label: b.proof.raw if b.proof else None for label, b in builds.items()}  # run.json keeps each proof as build.json has it
     results = timed("bench", lambda: bench.bench(kernels, list(opts.workloads), rd / "bench", design=opts.design, guest=opts.guest, cells=cells, sim=opts.sim,
@@ -279,7 +285,8 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         },
         "universal": {u: {"proof": proofs[u], "inputs": names, "normalized": UNIVERSAL[u]} for u in UNIVERSAL if u in opt},
         **({"clang": {c: {"proof": proofs[c]} for c in CLANG}} if "clang" in opts.studies else {}),
-        **({"layout": {f"{v}-{n}": _layout_info(builds[f"{v}-{n}"]) for v in LAYOUT for n in names}} if "layout" in opts.studies else {}),
+        **({"layout": {f"{v}-{n}": _layout_info(builds[f"{v}-{n}"]) for v in LAYOUT for n in [*names, UNIVERSAL_LAYOUT] if f"{v}-{n}" in builds}}
+           if "layout" in opts.studies else {}),
         **({"variability": {n: {"proof": proofs[f"optimized-{n}{AGAIN_SUFFIX}"], "profile": str(rd / "profiles" / AGAIN / n)}
                             for n in names} | {"similarity": "studies/variability/similarity.json"}} if "variability" in opts.studies else {}),
         "bench": "bench/results.json",
@@ -331,7 +338,37 @@ def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: records.Bui
               lambda: branches_cached(on_opt, rd / "builds" / f"optimized-{n}", opt[f"optimized-{n}"], wl, opts.guest))  # noqa: B023
         prof = rd / "profiles" / n
         wanted += [("bolt", f"bolt-{n}", None, on_van), ("pgo-bolt", f"pgo-bolt-{n}", prof, on_opt), ("pgo-order", f"pgo-order-{n}", prof, on_opt)]
+    names = [wl.name for wl in opts.workloads]
+    if len(names) > 1:  # the universal variants: every workload's records on one kernel, merged normalized
+        merged = rd / "branches" / "merged"
+        van_all = timed("merge branches on vanilla", lambda: merge_branches_cached([rd / "branches" / "vanilla" / n for n in names], merged / "vanilla"))
+        wanted.append(("bolt", f"bolt-{UNIVERSAL_LAYOUT}", None, van_all))
+        if "universal-norm" in opt:
+            for wl in opts.workloads:
+                timed(f"collect {wl.name} --branches on universal-norm",
+                      lambda: branches_cached(rd / "branches" / "universal-norm" / wl.name, rd / "builds" / "universal-norm",  # noqa: B023
+                                              opt["universal-norm"], wl, opts.guest))  # noqa: B023
+            un_all = timed("merge branches on universal-norm",
+                           lambda: merge_branches_cached([rd / "branches" / "universal-norm" / n for n in names], merged / "universal-norm"))
+            prof = rd / "profiles" / "universal-norm"
+            wanted += [("pgo-bolt", f"pgo-bolt-{UNIVERSAL_LAYOUT}", prof, un_all), ("pgo-order", f"pgo-order-{UNIVERSAL_LAYOUT}", prof, un_all)]
     return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
+
+
+def merge_branches_cached(srcs: list[Path], out: Path) -> Path:
+    """OUT: the normalized merge of the branch profiles `srcs` (kpgo.branches.merge), unless it is there for the
+    same recordings."""
+    from kpgo import branches
+
+    have = records.Profile.read(out, strict=False).merged or {}
+    stamps = [records.Profile.read(s, strict=False).collected_at for s in srcs]
+    if [(i.get("dir"), i.get("collected_at")) for i in have.get("inputs", [])] == [(str(s.resolve()), c) for s, c in zip(srcs, stamps)] \
+            and have.get("normalize") is True:
+        say(f"merge branches: up to date in {out}")
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    branches.merge(srcs, out, normalize=True)
+    return out
 
 
 def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, records.Build]:

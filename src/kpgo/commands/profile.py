@@ -3,7 +3,7 @@
     kpgo profile stats DIR [--json] [--values [--build BUILD_DIR]]
     kpgo profile fix DIR -o OUT [--summary-runs N]
     kpgo profile arcs DIR -o OUT
-    kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]
+    kpgo profile merge DIR... -o OUT [--weights w1,w2,...] [--normalize] [--cluster ADDRESS [--fan-in K]]  (gcov or branch profiles)
     kpgo profile afdo BRANCH_DIR... -o OUT [--weights w1,w2,...] [--normalize]
     kpgo profile check DIR --build BUILD_DIR [--json]
     kpgo profile compare DIR... --build BUILD_DIR [--json] [--plot PREFIX]
@@ -56,12 +56,15 @@ def register(subparsers: Any) -> None:
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.set_defaults(func=run_arcs)
 
-    m = sub.add_parser("merge", help="N-way weighted merge of profiles of one build (a universal profile)")
+    m = sub.add_parser("merge", help="N-way weighted merge of profiles of one build (a universal profile); gcov or branch profiles",
+                       description="Merge gcov profiles collected on one instrumented build (a universal profile for --profile), or "
+                       "branch profiles recorded on one kernel (`kpgo collect --branches`; a universal profile for BOLT and the "
+                       "function order: their records added up, docs/LAYOUT.md).")
     m.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="profile directories")
     m.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="output profile directory (must not exist)")
     m.add_argument("--weights", help="comma-separated weights, one per input (default all 1)")
     m.add_argument("--normalize", action="store_true",
-                   help="scale each input to the same total arc count before weighting")
+                   help="scale each input to the same total arc count (branch profiles: recorded branches) before weighting")
     m.add_argument("--summary-runs", type=int, default=None, metavar="N", help="runs recorded in the output's object summary (default: sum of inputs)")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
     m.add_argument("--cluster", metavar="ADDRESS",
@@ -332,6 +335,11 @@ def run_merge(args: argparse.Namespace) -> int:
 
     weights = parse_weights(args.weights, len(args.dirs))
     _given_once(args.dirs)
+    kinds = {_is_branch_profile(d) for d in args.dirs}
+    if kinds == {True}:
+        return _merge_branches(args, weights)
+    if len(kinds) > 1:
+        raise UserError("the inputs mix branch profiles and gcov profiles", "merge profiles of one kind")
     if args.fan_in is not None and not args.cluster:
         raise UserError("--fan-in is for a merge on a cluster", "add --cluster ADDRESS (local: this machine), or leave --fan-in out")
     if args.cluster:
@@ -346,6 +354,25 @@ def run_merge(args: argparse.Namespace) -> int:
     else:
         print(f"merged {len(args.dirs)} profiles ({res['files']} files) -> {args.out}: "
               f"weights={res['weights']} sum_max={res['sum_max']}")
+    return 0
+
+
+def _merge_branches(args: argparse.Namespace, weights: list[float] | None) -> int:
+    """`kpgo profile merge` of branch profiles (kpgo.branches.merge): the records of one kernel added up."""
+    from kpgo import branches
+    from kpgo.errors import UserError
+
+    for given, option in ((args.cluster, "--cluster"), (args.fan_in, "--fan-in"), (args.summary_runs, "--summary-runs")):
+        if given is not None:
+            raise UserError(f"{option} is for gcov profiles, not branch profiles", f"leave {option} out")
+    res = branches.merge(args.dirs, args.out, weights=weights, normalize=args.normalize)
+    if args.json:
+        _print_json(res)
+    else:
+        rec = res["records"]
+        print(f"merged {len(args.dirs)} branch profiles -> {args.out}: {rec['branches']:,} kernel branches, {rec['edges']:,} edges, "
+              f"{rec['ranges']:,} ranges, {rec['stacks']:,} distinct stacks; factors "
+              + ",".join(f"{i['factor']:g}" for i in res["merged"]["inputs"]))
     return 0
 
 

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("variability", "each workload's profile collected a second time: the two collections' similarity beside the workloads', "
          "and the kernel built from the second measured beside the first"),
         ("layout", "BOLT on vanilla and on each workload's PGO kernel, and PGO with C3's function order, from branch records of "
-         "the workload, each measured on it (docs/LAYOUT.md)"),
+         "the workload, each measured on it; with several workloads their universal variants from every workload's records "
+         "merged, measured on every workload (docs/LAYOUT.md)"),
         ("clang", "Clang kernels (clang, clang-thinlto; AutoFDO ones from the clang-train kernel's branch records under every "
          "workload) on every workload (docs/CLANG.md)"),
     ):
