@@ -21,6 +21,8 @@ FOLLOWS = {
     r"CONFIG_DEBUG_INFO\w*", r"CONFIG_\w*BTF\w*", r"CONFIG_PAHOLE_\w+",
     # virtio_net built in selects its failover helpers
     r"CONFIG_(NET_)?FAILOVER",
+    # 9p built in selects the network filesystem library, and its fd transport defaults to 9p's own setting
+    r"CONFIG_NETFS_SUPPORT", r"CONFIG_NET_9P_FD",
     # Kconfig writes the defaults Debian's packaging sets itself (salt, keys), and what it finds on this machine
     r"CONFIG_BUILD_SALT", r"CONFIG_SYSTEM_TRUSTED_KEYS", r"CONFIG_CC_VERSION_TEXT", r"CONFIG_RUSTC_\w+",
 }

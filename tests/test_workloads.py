@@ -194,13 +194,24 @@ def test_time_based_step_without_count_is_estimated() -> None:
     assert a.op_count("nothing", replace(step, ops=r"^n (?P<value>[0-9]+)"), {"": 10.0}, {}) is None
 
 
+GUEST = "".join(f"CONFIG_{o}=y\n" for o in workloads.GUEST_BUILTIN)
+
+
 def test_kernel_config_requirements(tmp_path: Path) -> None:
     pg = workloads.load("postgresql")
-    (tmp_path / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_SYSVIPC is not set\n")
+    (tmp_path / ".config").write_text(GUEST + "CONFIG_64BIT=y\n# CONFIG_SYSVIPC is not set\n")
     with pytest.raises(UserError, match="needs CONFIG_SYSVIPC=y"):
         workloads.check_kernel([pg], tmp_path)
-    (tmp_path / ".config").write_text("CONFIG_64BIT=y\nCONFIG_SYSVIPC=y\n")
+    (tmp_path / ".config").write_text(GUEST + "CONFIG_64BIT=y\nCONFIG_SYSVIPC=y\n")
     workloads.check_kernel([pg], tmp_path)
+
+
+def test_a_kernel_without_built_in_9p_is_refused_before_a_boot(tmp_path: Path) -> None:
+    """Debian's cloud config has no 9p, its amd64 config builds it as a module: virtme-ng's guest could not mount its root."""
+    (tmp_path / ".config").write_text(GUEST.replace("CONFIG_9P_FS=y", "CONFIG_9P_FS=m").replace("CONFIG_NET_9P_VIRTIO=y\n", ""))
+    with pytest.raises(UserError) as e:
+        workloads.check_kernel([workloads.load("redis")], tmp_path)
+    assert "needs CONFIG_NET_9P_VIRTIO=y CONFIG_9P_FS=y" in str(e.value) and "--fragment" in (e.value.hint or "")
 
 
 def test_failed_generator_output_is_no_metric() -> None:

@@ -153,13 +153,24 @@ def validate(spec: dict[str, Any]) -> list[str]:
     return problems
 
 
+# What kpgo's guest needs built in: virtme-ng shares the host's root with it over 9p (virtiofs needs the Rust virtiofsd;
+# Debian 12's is QEMU's C one, which virtme-ng cannot start), and a module it needs first would need an initramfs.
+GUEST_BUILTIN = ("NET_9P", "NET_9P_VIRTIO", "9P_FS", "VIRTIO_PCI")
+
+
 def check_kernel(specs: list[Workload], build_dir: Path) -> None:
-    """Workloads may name kernel options they cannot run without (kernel_config = ["SYSVIPC"]);
-    a build lacking one fails here, before a boot, instead of deep inside the guest."""
+    """The guest's own needs (GUEST_BUILTIN), and the kernel options workloads name they cannot run without
+    (kernel_config = ["SYSVIPC"]): a build lacking one fails here, before a boot, instead of deep inside the guest."""
     try:
         config = (build_dir / ".config").read_text()
     except OSError:
         return  # not a kpgo build; the caller's own check reports that
+    builtin = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith("=y")}
+    lacking = [o for o in GUEST_BUILTIN if o not in builtin]
+    if lacking:
+        opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
+        raise UserError(f"the kernel in {build_dir} cannot boot as kpgo's guest: it needs {opts} (virtme-ng's root filesystem is "
+                        "the host's, over virtio 9p, before any module loads)", f"build it with --fragment FILE holding {opts} (one per line)")
     have = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith(("=y", "=m"))}
     for s in specs:
         lacking = [o for o in s.kernel_config if o not in have]
