@@ -22,7 +22,7 @@ from gcov_fixtures import GccBuild, Profiles, gcc_build, profiles  # noqa: F401
 DATA = Path(__file__).parent / "data" / "report"
 DATASETS = sorted(p.name for p in DATA.iterdir() if p.is_dir())  # one recorded run each (see README.md there)
 SECTIONS = ("headline", "header", "speedup", "sim", "universal", "cross", "sensitivity", "similarity", "kernel_share",
-            "code_size", "proof", "compiler")
+            "code_size", "proof", "compiler", "variability", "layout", "clang")
 CHROMIUM = ("chromium-headless-shell", "chromium")
 
 

@@ -54,6 +54,10 @@ RUN_SHAPE = {
     "workloads?": {str: {"params?": dict, "unit?": str, "client?": (str, None), "proof?": PROOF_SHAPE,
                         "profile?": {"collected?": {"files?": (int, None), "arcs_sum?": (int, None), "throughput?": NUM, "gcov_version?": (str, None)}}}},
     "universal?": {str: {"proof?": PROOF_SHAPE}},
+    # the layout and clang studies' kernels as their build.json has them; the variability study's second kernels
+    "layout?": {str: {"proof?": (dict, None), "bolt?": (dict, None), "order?": (dict, None)}},
+    "clang?": {str: {"proof?": (dict, None)}},
+    "variability?": dict,
 }
 # What kpgo reads of a build.json (kpgo.kernel.kbuild.build writes it); other keys are passed on as they are.
 BUILD_SHAPE = {"ok": bool, "key": str, "variant": str, "kernel_release": str, "build_dir?": str, "config_name?": (str, None),
@@ -455,6 +459,16 @@ class RunWorkload:
 
 
 @dataclass(frozen=True)
+class LayoutBuild:
+    """A layout kernel as run.json keeps it: its GCC proof (PGO stacks), BOLT's record (kpgo.kernel.bolt.check) and the
+    function order's (kpgo.kernel.order), each None where the kernel has none."""
+
+    proof: dict[str, Any] | None
+    bolt: dict[str, Any] | None
+    order: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Run:
     """A run's run.json (kpgo.pipeline writes it): the request, the kernel, the host, each build, each workload with
     its profile and proof, the universal kernels' proofs, the phases' times."""
@@ -469,6 +483,9 @@ class Run:
     phases_seconds: dict[str, float]
     total_seconds: float | None
     raw: dict[str, Any] = field(compare=False, repr=False)
+    layout: dict[str, LayoutBuild] = field(default_factory=dict)  # the layout study's kernels, by label
+    clang: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # the clang study's kernels: label -> its proof (kpgo.afdo)
+    similarity: str | None = None  # the variability study's similarity.json, relative to the run directory
 
     HINT = "re-run `kpgo run --dir RUN_DIR` to rewrite it (cached steps are kept)"
 
@@ -483,7 +500,10 @@ class Run:
                    KernelInfo(k.get("config"), k.get("version"), k.get("source"), k), tuple(d.get("studies") or ()),
                    {b: RunBuild.from_json(v) for b, v in (d.get("builds") or {}).items()},
                    {n: RunWorkload.from_json(w) for n, w in (d.get("workloads") or {}).items()}, uni,
-                   d.get("phases_seconds") or {}, _num(d.get("total_seconds")), d)
+                   d.get("phases_seconds") or {}, _num(d.get("total_seconds")), d,
+                   {n: LayoutBuild(v.get("proof"), v.get("bolt"), v.get("order")) for n, v in (d.get("layout") or {}).items()},
+                   {n: v.get("proof") for n, v in (d.get("clang") or {}).items()},
+                   sim if isinstance(sim := (d.get("variability") or {}).get("similarity"), str) else None)
 
     @classmethod
     def read(cls, path: Path, hint: str = HINT) -> Run | None:
