@@ -139,7 +139,7 @@ def test_sim_per_op_one_window_per_run_is_unchanged() -> None:
 def test_sim_steps_of_a_recorded_boot() -> None:
     """A real boot of micro on the tiny kernel with the simulator (tests/data/sim/micro-steps: its sim.json and
     result.json as kpgo.vm left them): one window per step, each divided by its own step's count."""
-    windows = json.loads((SIMREC / "sim.json").read_text())["windows"]  # as read_windows returns them (format 4)
+    windows = json.loads((SIMREC / "sim.json").read_text())["windows"]  # as read_windows returns them (format 5)
     result = contract.Result.from_json(json.loads((SIMREC / "result.json").read_text()))
     [run] = result.runs
     assert len(windows) == result.window_count("step") == len(run.step_ops) == 22

@@ -146,7 +146,7 @@ def test_plugin_arg_refuses_comma_paths(tmp_path: Path) -> None:
 
 def _side(insns: int = 10, **over: int) -> dict:
     side = {"insns": insns, "blocks": 1, "l1i_accesses": 3, "l1i_misses": 1, "itlb_accesses": 2, "itlb_misses": 1, "taken_branches": 4,
-            "indirect_branches": 2}
+            "indirect_branches": 2, "itlb_4k_accesses": 2, "itlb_4k_misses": 2}
     return {**side, **over}
 
 
@@ -175,16 +175,18 @@ def test_read_windows(tmp_path: Path) -> None:
 def test_report_format_matches_the_plugin() -> None:
     """The plugin writes the format the Python side reads, and both name the same counters."""
     src = sim.PLUGIN_SOURCE.read_text()
-    assert int(re.search(r"^#define FORMAT (\d+)$", src, re.M)[1]) == sim.REPORT_FORMAT == 4
-    assert "taken_branches" in sim.COUNTERS and "indirect_branches" in sim.COUNTERS
+    assert int(re.search(r"^#define FORMAT (\d+)$", src, re.M)[1]) == sim.REPORT_FORMAT == 5
+    assert "taken_branches" in sim.COUNTERS and "indirect_branches" in sim.COUNTERS and "itlb_4k_misses" in sim.COUNTERS
     for key in sim.COUNTERS:
         assert f'\\"{key}\\"' in src, f"the plugin writes no {key}"
 
 
-@pytest.mark.parametrize("fmt, dropped", [(2, ("taken_branches", "indirect_branches")), (3, ("indirect_branches",))])
+@pytest.mark.parametrize("fmt, dropped", [(2, ("taken_branches", "indirect_branches", "itlb_4k_accesses", "itlb_4k_misses")),
+                                         (3, ("indirect_branches", "itlb_4k_accesses", "itlb_4k_misses")),
+                                         (4, ("itlb_4k_accesses", "itlb_4k_misses"))])
 def test_old_format_report_is_refused(tmp_path: Path, fmt: int, dropped: tuple[str, ...]) -> None:
-    """A report of format 2 (no taken_branches, kernel pages 4 KiB by default) or 3 (no indirect_branches) is not
-    read as 4: a bench cell measured with it is measured again (its key holds the format)."""
+    """A report of format 2 (no taken_branches, kernel pages 4 KiB by default), 3 (no indirect_branches) or 4 (no
+    4 KiB iTLB) is not read as 5: a bench cell measured with it is measured again (its key holds the format)."""
     report = tmp_path / "sim.json"
     old = _window()
     for side in ("user", "kernel", "total"):
@@ -193,7 +195,7 @@ def test_old_format_report_is_refused(tmp_path: Path, fmt: int, dropped: tuple[s
     with pytest.raises(InfraError) as e:
         sim.read_windows(report)
     text = one_line(e.value)
-    assert f"report format {fmt} from an older kpgosim" in text and "reads format 4" in text and "python -m kpgo.sim" in text
+    assert f"report format {fmt} from an older kpgosim" in text and "reads format 5" in text and "python -m kpgo.sim" in text
 
 
 @pytest.mark.parametrize("counter", ["taken_branches", "indirect_branches"])
@@ -233,8 +235,9 @@ def test_frontend_stall_cycles() -> None:
     ('{"tool": "kpgosim", "format": 1, "windows": []}', "format 1"),
     ('{"tool": "kpgosim", "format": 2, "windows": []}', "report format 2 from an older kpgosim"),
     ('{"tool": "kpgosim", "format": 3, "windows": []}', "report format 3 from an older kpgosim"),
-    ('{"tool": "kpgosim", "format": 5, "windows": []}', "report format 5 from another kpgosim"),
-    ('{"tool": "kpgosim", "format": 4, "windows": [{"seconds": 1, "user": {"insns": 1}}]}', "lacks user counters"),
+    ('{"tool": "kpgosim", "format": 4, "windows": []}', "report format 4 from an older kpgosim"),
+    ('{"tool": "kpgosim", "format": 6, "windows": []}', "report format 6 from another kpgosim"),
+    ('{"tool": "kpgosim", "format": 5, "windows": [{"seconds": 1, "user": {"insns": 1}}]}', "lacks user counters"),
 ])
 def test_read_windows_bad_report_is_one_line(tmp_path: Path, content: str | None, needle: str) -> None:
     report = tmp_path / "sim.json"
@@ -284,6 +287,16 @@ def test_plugin_counts_probes_in_user_mode_qemu(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "straight-20.json").read_text())
     assert report["windows"][0]["user"]["blocks"] >= 40 * 20 and report["config"]["itlb_kpage"] == 2 << 20
     assert json.loads((tmp_path / "rep-50000.json").read_text())["windows"][0]["user"]["blocks"] >= 50_000
+    # The second iTLB has 4 KiB pages: user code's pages (itlb_page 4 KiB) give it the same accesses and misses; with
+    # the first on 2 MiB pages it keeps them, and the first misses at most as often.
+    small = report["windows"][0]["user"]
+    assert (small["itlb_4k_accesses"], small["itlb_4k_misses"]) == (small["itlb_accesses"], small["itlb_misses"])
+    assert small["itlb_misses"] > 20  # the sweep spans more pages than the iTLB holds
+    big = tmp_path / "straight-2m.json"
+    subprocess.run(["qemu-x86_64", "-plugin", f"{lib},out={big},itlb_page=2M", exe, "straight", "20"], check=True, capture_output=True, timeout=120)
+    (w,) = sim.read_windows(big)
+    assert (w["user"]["itlb_4k_accesses"], w["user"]["itlb_4k_misses"]) == (small["itlb_4k_accesses"], small["itlb_4k_misses"])
+    assert w["user"]["itlb_misses"] < small["itlb_misses"] and w["user"]["itlb_accesses"] <= small["itlb_accesses"]
 
 
 def test_header_fetch_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -155,9 +155,12 @@ def test_summarize_speedup_orientation_and_sim() -> None:
 def test_sim_per_op_divides_each_window_by_its_runs_ops() -> None:
     from kpgo import bench
 
-    w = {"kernel": {"insns": 800, "l1i_accesses": 300, "l1i_misses": 80, "itlb_misses": 8, "taken_branches": 100, "indirect_branches": 20},
-         "user": {"insns": 200, "l1i_accesses": 60, "l1i_misses": 20, "itlb_misses": 0, "taken_branches": 10, "indirect_branches": 0}}
+    w = {"kernel": {"insns": 800, "l1i_accesses": 300, "l1i_misses": 80, "itlb_misses": 8, "taken_branches": 100, "indirect_branches": 20,
+                    "itlb_4k_misses": 40},
+         "user": {"insns": 200, "l1i_accesses": 60, "l1i_misses": 20, "itlb_misses": 0, "taken_branches": 10, "indirect_branches": 0,
+                  "itlb_4k_misses": 0}}
     d = bench.sim_per_op([w, w], [100, 50], line=64)
+    assert math.isclose(d["kernel_itlb_4k_misses_per_op"], (0.4 + 0.8) / 2)
     assert math.isclose(d["kernel_insns_per_op"], (8 + 16) / 2) and math.isclose(d["kernel_insn_share"], 0.8)
     assert d["kernel_itlb_share"] == 1.0
     assert math.isclose(d["kernel_taken_branches_per_op"], (1 + 2) / 2)

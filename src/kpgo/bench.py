@@ -51,7 +51,7 @@ SIM_NOTE = (
     "measured window, per operation (docs/SIM.md); deterministic up to interrupts and scheduling, unlike TCG timings."
 )
 SIM_SIDES = ("kernel", "user")
-SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses", "taken_branches", "indirect_branches")
+SIM_COUNTS = ("insns", "l1i_misses", "itlb_misses", "taken_branches", "indirect_branches", "itlb_4k_misses")
 SIM_DERIVED = ("fetch_bytes", "stall_cycles")  # l1i accesses x line size; front-end stall estimate (docs/SIM.md)
 SIM_METRICS = tuple(f"{s}_{c}_per_op" for s in SIM_SIDES for c in SIM_COUNTS + SIM_DERIVED) + ("kernel_insn_share", "kernel_l1i_share", "kernel_itlb_share")
 # What a user asks first of a kernel under simulation: how much less work per operation it does.

@@ -112,6 +112,7 @@ COUNTS = {
     "insns": ("instructions", "insns"),
     "l1i_misses": ("L1i misses", "L1i misses"),
     "itlb_misses": ("iTLB misses", "iTLB misses"),
+    "itlb_4k_misses": ("iTLB misses on 4 KiB pages", "iTLB 4k misses"),
     "taken_branches": ("taken branches", "taken branches"),
     "indirect_branches": ("indirect branches", "indirect branches"),
 }

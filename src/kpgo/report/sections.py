@@ -954,7 +954,7 @@ def compiler(ctx: Context) -> Section | Skipped:
 # -- 12.-14. kernel families: one kind of kernel per column, each workload measured on its own of that kind --------
 
 # The simulated counts these sections compare: the headline three and the iTLB (code layout moves pages).
-FAMILY_METRICS = (*bench.SIM_HEADLINE, "kernel_itlb_misses_per_op")
+FAMILY_METRICS = (*bench.SIM_HEADLINE, "kernel_itlb_misses_per_op", "kernel_itlb_4k_misses_per_op")
 Family = Callable[[str], str]  # workload -> the label of the family's kernel measured on it
 
 

@@ -29,6 +29,8 @@
  *   l1i_size=BYTES    32768 (k/K, m/M suffixes)   l1i_assoc=N 8   l1i_line=BYTES 64
  *   itlb_entries=N    64    itlb_assoc=N 4    itlb_page=BYTES 4096 (user code)
  *   itlb_kpage=BYTES  2M (kernel code: x86-64 maps kernel text with 2 MiB pages; 4k for 4 KiB)
+ * Beside it, the same iTLB with all code on 4 KiB pages is counted as itlb_4k_* (what code layout does
+ * to a kernel whose text is not on large pages, with the same accesses).
  *   warm=on|off       off: caches start empty at each window; on: simulated outside windows too
  *   always=on|off     off: on opens one window at start-up (no markers needed)
  * Branch records (off unless branches= is given; the report above is the same either way):
@@ -50,7 +52,8 @@
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-#define FORMAT 4
+#define FORMAT 5
+#define SMALL_PAGE_SHIFT 12  /* the second iTLB's pages: 4 KiB */
 #define MARK_LEN 7
 #define GUEST_PAGE 4096  /* x86 TARGET_PAGE_SIZE: the translator's unit, not the simulated iTLB page */
 #define X86_MAX_INSN 15   /* bytes */
@@ -85,13 +88,14 @@ struct seg {
     uint32_t self_taken; /* 1 if running this segment again right after itself is a taken branch */
     uint32_t indirect;   /* 1 if its last instruction is an indirect call or jump */
     uint32_t kind;       /* enum bkind of its last instruction (branch records) */
-    uint32_t spare;      /* 0: keeps the fields above free of padding bytes, so equal contents hash equal */
+    uint16_t n_small;    /* page_refs of the 4 KiB iTLB, after the pages */
+    uint16_t spare;      /* 0: keeps the fields above free of padding bytes, so equal contents hash equal */
     uint64_t vaddr;    /* of the first instruction */
     uint64_t end;      /* fall-through: the address right after the last instruction */
     uint64_t tail;     /* address of the last instruction: a taken branch's source */
     uint64_t phantom;  /* address of a possibly unexecuted last instruction, or NO_ADDR (see tb_trans) */
     uint64_t rep_at;   /* address of a last rep-prefixed string instruction, or NO_ADDR */
-    uint64_t data[];  /* n_lines line_refs, then n_pages page_refs; no padding, so bytes hash */
+    uint64_t data[];  /* n_lines line_refs, n_pages page_refs, n_small page_refs; no padding, so bytes hash */
 };
 
 static inline const struct line_ref *seg_lines(const struct seg *s)
@@ -104,9 +108,14 @@ static inline const struct page_ref *seg_pages(const struct seg *s)
     return (const struct page_ref *)(seg_lines(s) + s->n_lines);
 }
 
+static inline const struct page_ref *seg_small(const struct seg *s)
+{
+    return seg_pages(s) + s->n_pages;
+}
+
 static size_t seg_size(const struct seg *s)
 {
-    return sizeof(*s) + s->n_lines * sizeof(struct line_ref) + s->n_pages * sizeof(struct page_ref);
+    return sizeof(*s) + s->n_lines * sizeof(struct line_ref) + (s->n_pages + s->n_small) * sizeof(struct page_ref);
 }
 
 static guint seg_hash(gconstpointer p)
@@ -132,7 +141,7 @@ static uint64_t translations, seg_bytes;
 
 /* ---- per-vCPU state: touched only by its own vCPU thread, so no lock on the hot path ---- */
 struct counters {
-    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss, taken, indirect;
+    uint64_t insns, blocks, ic_acc, ic_miss, tlb_acc, tlb_miss, taken, indirect, small_acc, small_miss;
 };
 
 struct tlb_ent { uint64_t v, h; };
@@ -143,6 +152,7 @@ struct vcpu {
     struct counters c[2];  /* [USER], [KERNEL] */
     uint64_t *ic;          /* ic_sets * assoc tags, MRU first, 0 = empty */
     struct tlb_ent *tlb;   /* tlb_sets * assoc, MRU first, h == 0 = empty */
+    struct tlb_ent *small; /* the same for the 4 KiB iTLB */
     struct recorder *rec;  /* branch records, allocated at this vCPU's first recorded branch */
 } __attribute__((aligned(64)));  /* own cache line: no false sharing between vCPU threads */
 
@@ -419,6 +429,7 @@ static void reset_vcpu(struct vcpu *vc, uint32_t gen)
     if (!cfg.warm) {
         memset(vc->ic, 0, sizeof(uint64_t) * ic_sets * cfg.ic_assoc);
         memset(vc->tlb, 0, sizeof(struct tlb_ent) * tlb_sets * cfg.tlb_assoc);
+        memset(vc->small, 0, sizeof(struct tlb_ent) * tlb_sets * cfg.tlb_assoc);
     }
     vc->gen = gen;
 }
@@ -448,6 +459,7 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
     c->blocks++;
     c->ic_acc += s->n_lines;
     c->tlb_acc += s->n_pages;
+    c->small_acc += s->n_small;
     c->indirect += s->indirect;
     if (prev == s && s->own_sets) {
         /* The same segment again (a loop of one block): its back edge was taken (precomputed),
@@ -487,6 +499,14 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
             c->tlb_miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
         }
     }
+    p = seg_small(s);
+    tlb = vc->small;
+    for (unsigned i = 0; i < s->n_small; i++) {
+        struct tlb_ent *set = tlb + p[i].off;
+        if (G_UNLIKELY(set[0].v != p[i].vtag || set[0].h != p[i].htag)) {
+            c->small_miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
+        }
+    }
 }
 
 /* Outside a window (boot, set-up: most of a guest's life) a block costs this test only. */
@@ -514,6 +534,8 @@ static void add_counters(struct counters *a, const struct counters *b)
     a->tlb_miss += b->tlb_miss;
     a->taken += b->taken;
     a->indirect += b->indirect;
+    a->small_acc += b->small_acc;
+    a->small_miss += b->small_miss;
 }
 
 static void json_counters(GString *s, const char *name, const struct counters *c)
@@ -522,8 +544,10 @@ static void json_counters(GString *s, const char *name, const struct counters *c
         "\"%s\": {\"insns\": %" PRIu64 ", \"blocks\": %" PRIu64
         ", \"l1i_accesses\": %" PRIu64 ", \"l1i_misses\": %" PRIu64
         ", \"itlb_accesses\": %" PRIu64 ", \"itlb_misses\": %" PRIu64
-        ", \"taken_branches\": %" PRIu64 ", \"indirect_branches\": %" PRIu64 "}",
-        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss, c->taken, c->indirect);
+        ", \"taken_branches\": %" PRIu64 ", \"indirect_branches\": %" PRIu64
+        ", \"itlb_4k_accesses\": %" PRIu64 ", \"itlb_4k_misses\": %" PRIu64 "}",
+        name, c->insns, c->blocks, c->ic_acc, c->ic_miss, c->tlb_acc, c->tlb_miss, c->taken, c->indirect,
+        c->small_acc, c->small_miss);
 }
 
 static double since(const struct timespec *t0)
@@ -957,11 +981,12 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
 {
     /* Upper bound: each insn (at most 15 bytes) spans at most 2 lines and 2 pages. */
     size_t max = 2 * (last - first) + 2;
-    struct seg *s = g_malloc0(sizeof(*s) + max * (sizeof(struct line_ref) + sizeof(struct page_ref)));
+    struct seg *s = g_malloc0(sizeof(*s) + max * (sizeof(struct line_ref) + 2 * sizeof(struct page_ref)));
     struct line_ref *lines = (struct line_ref *)s->data;
     struct page_ref *pages = g_new(struct page_ref, max);
-    size_t nl = 0, np = 0;
-    uint64_t last_line = UINT64_MAX, last_page = UINT64_MAX;
+    struct page_ref *small = g_new(struct page_ref, max);
+    size_t nl = 0, np = 0, ns = 0;
+    uint64_t last_line = UINT64_MAX, last_page = UINT64_MAX, last_small = UINT64_MAX;
     unsigned pshift = tlb_shift[side];
 
     for (size_t i = first; i < last; i++) {
@@ -995,10 +1020,22 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
             np++;
             last_page = pn;
         }
+        for (uint64_t pn = v >> SMALL_PAGE_SHIFT; pn <= vend >> SMALL_PAGE_SHIFT; pn++) {
+            if (pn == last_small) {
+                continue;
+            }
+            uint64_t ph = h + ((pn << SMALL_PAGE_SHIFT) - v);
+            small[ns].vtag = pn;
+            small[ns].htag = (ph >> SMALL_PAGE_SHIFT) | virt_flag;
+            small[ns].off = (pn & (tlb_sets - 1)) * cfg.tlb_assoc;
+            ns++;
+            last_small = pn;
+        }
     }
     s->n_insns = last - first;
     s->own_sets = distinct_offsets(&lines[0].off, nl, sizeof(*lines) / sizeof(uint64_t)) &&
-                  distinct_offsets(&pages[0].off, np, sizeof(*pages) / sizeof(uint64_t));
+                  distinct_offsets(&pages[0].off, np, sizeof(*pages) / sizeof(uint64_t)) &&
+                  distinct_offsets(&small[0].off, ns, sizeof(*small) / sizeof(uint64_t));
     s->vaddr = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, first));
     struct qemu_plugin_insn *tail = qemu_plugin_tb_get_insn(tb, last - 1);
     s->end = qemu_plugin_insn_vaddr(tail) + qemu_plugin_insn_size(tail);
@@ -1014,10 +1051,13 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
     s->self_taken = s->vaddr != s->end && s->vaddr != s->phantom && s->vaddr != s->rep_at;
     s->n_lines = nl;
     s->n_pages = np;
+    s->n_small = ns;
     s->side = side;
     s->op = op;
     memcpy(lines + nl, pages, np * sizeof(*pages));
+    memcpy((struct page_ref *)(lines + nl) + np, small, ns * sizeof(*small));
     g_free(pages);
+    g_free(small);
 
     g_mutex_lock(&segs_lock);
     translations++;
@@ -1210,6 +1250,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     for (int i = 0; i < n_vcpus; i++) {
         vcpus[i].ic = g_malloc0_n((size_t)ic_sets * cfg.ic_assoc, sizeof(uint64_t));
         vcpus[i].tlb = g_malloc0_n((size_t)tlb_sets * cfg.tlb_assoc, sizeof(struct tlb_ent));
+        vcpus[i].small = g_malloc0_n((size_t)tlb_sets * cfg.tlb_assoc, sizeof(struct tlb_ent));
     }
     segs = g_hash_table_new(seg_hash, seg_equal);
     closed_windows = g_ptr_array_new_with_free_func(g_free);

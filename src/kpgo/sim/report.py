@@ -9,8 +9,11 @@ from typing import Any
 
 from kpgo.errors import InfraError
 
-REPORT_FORMAT = 4  # 3: taken_branches per side, itlb_kpage defaults to 2 MiB; 4: indirect_branches per side
-COUNTERS = ("insns", "l1i_accesses", "l1i_misses", "itlb_accesses", "itlb_misses", "taken_branches", "indirect_branches")
+# 3: taken_branches per side, itlb_kpage defaults to 2 MiB; 4: indirect_branches per side; 5: itlb_4k_* (the iTLB
+# again with all code on 4 KiB pages)
+REPORT_FORMAT = 5
+COUNTERS = ("insns", "l1i_accesses", "l1i_misses", "itlb_accesses", "itlb_misses", "taken_branches", "indirect_branches",
+            "itlb_4k_accesses", "itlb_4k_misses")
 # Assumed front-end stall per simulated miss, in core cycles, for a current x86 core (docs/SIM.md,
 # "Front-end cost"): an L1i miss served from L2, an iTLB miss served from the second-level TLB.
 STALL_L1I_CYCLES = 14.0
@@ -19,7 +22,8 @@ STALL_ITLB_CYCLES = 14.0
 
 def read_windows(path: Path) -> list[dict[str, Any]]:
     """Every closed window of the report, in order. Each has "user", "kernel" and "total" (each
-    with insns, blocks, l1i_accesses, l1i_misses, itlb_accesses, itlb_misses, taken_branches, indirect_branches),
+    with insns, blocks, l1i_accesses, l1i_misses, itlb_accesses, itlb_misses, taken_branches, indirect_branches,
+    itlb_4k_accesses, itlb_4k_misses),
     "seconds" (host time the window was open), "index", "kernel_insn_share", "duplicate_opens"
     and "per_vcpu" (a "user" and a "kernel" of the same counters per vCPU)."""
     hint = "see the guest's console log; if the plugin was changed, rebuild it with `.venv/bin/python -m kpgo.sim`"
