@@ -26,6 +26,25 @@ def test_missing_kernel_source(tmp_path: Path) -> None:
     assert_one_line_error(res, 1, "not a kernel source tree")
 
 
+def test_a_tarball_whose_directory_is_named_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's archive serves every release's linux-source-6.12.N.tar.xz with the tree in linux-source-6.12/."""
+    import tarfile
+
+    from kpgo.kernel import source
+
+    monkeypatch.setenv("KPGO_CACHE", str(tmp_path / "cache"))
+    tree = tmp_path / "t" / "linux-source-6.12"
+    (tree / "arch" / "x86").mkdir(parents=True)
+    (tree / "Makefile").write_text("VERSION = 6\nPATCHLEVEL = 12\nSUBLEVEL = 111\n")
+    (tree / "Kconfig").write_text("")
+    (tree / "arch" / "x86" / "Makefile").write_text("")
+    ball = tmp_path / "linux-source-6.12.111.tar.xz"
+    with tarfile.open(ball, "w:xz") as tf:
+        tf.add(tree, arcname="linux-source-6.12")
+    ks = source.resolve(ball)
+    assert ks.version == "6.12.111" and ks.path.name == "linux-source-6.12" and ks.path.parent.name == "linux-source-6.12.111"
+
+
 def test_unclean_kernel_tree(tmp_path: Path) -> None:
     tree = tmp_path / "linux"
     (tree / "arch" / "x86").mkdir(parents=True)

@@ -54,8 +54,18 @@ def _from_tarball(tarball: Path) -> KernelSource:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (marker.exists() and marker.read_text() == stamp):
                 _extract(tarball, dest, stamp)
-    ks = _from_tree(dest / stem if (dest / stem / "Makefile").exists() else dest)
+    ks = _from_tree(_tree_in(dest, stem))
     return KernelSource(ks.path, ks.version, hashlib.sha256(stamp.encode()).hexdigest()[:16])
+
+
+def _tree_in(dest: Path, stem: str) -> Path:
+    """The kernel tree of an extracted tarball: the directory named as the file (linux-6.12.tar.xz: linux-6.12/), else
+    its one top-level directory with a Makefile (Debian names every release's tarball's directory linux-source-6.12,
+    however the file is called: linux-source-6.12.111.tar.xz from the archive holds linux-source-6.12/), else dest."""
+    if (dest / stem / "Makefile").exists():
+        return dest / stem
+    tops = [d for d in dest.iterdir() if d.is_dir() and (d / "Makefile").is_file()]
+    return tops[0] if len(tops) == 1 else dest
 
 
 def _extract(tarball: Path, dest: Path, stamp: str) -> None:
