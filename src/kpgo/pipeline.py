@@ -248,10 +248,11 @@ def _run(opts: RunOptions, spec: kconfig.ConfigSpec, src: KernelSource, t_start:
         timed("builds on the cluster: optimized", lambda: build.many(wanted))
     opt = {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023 -- timed() calls the lambda at once
     van = timed("build vanilla", lambda: build("vanilla", "vanilla"))
-    if "clang" in opts.studies:
-        opt |= _clang_study(opts, build, timed)
+    # layout before clang: it builds on the GCC kernels already there, and its BOLT step is the likelier to need a look
     if "layout" in opts.studies:
         opt |= _layout_study(opts, build, timed, van, opt)
+    if "clang" in opts.studies:
+        opt |= _clang_study(opts, build, timed)
     labels = ["vanilla"] + [f"optimized-{n}" for n in names] + [u for u in UNIVERSAL if u in opt] + [c for c in CLANG if c in opt]
     labels += [f"optimized-{n}{AGAIN_SUFFIX}" for n in names if f"optimized-{n}{AGAIN_SUFFIX}" in opt]
     labels += [f"{v}-{n}" for v in LAYOUT for n in [*names, UNIVERSAL_LAYOUT] if f"{v}-{n}" in opt]
