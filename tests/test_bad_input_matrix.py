@@ -31,6 +31,8 @@ import pytest
 from conftest import CliResult, assert_one_line_error, kpgo
 from gcov_fixtures import build_program, kernelize_tree, require_gcc
 
+from kpgo.workloads import GUEST_BUILTIN
+
 DATA = Path(__file__).parent / "data"
 TRIPWIRED = ("make", "vng", "qemu-system-x86_64")  # kernel configure and compile; guest boots
 TAG_FUNCTION, TAG_ARCS, TAG_SUMMARY = 0x01000000, 0x01A10000, 0xA1000000
@@ -221,7 +223,8 @@ def _make_builds_and_runs(w: World) -> None:
         d = w.root / "builds" / name
         (d / "arch" / "x86" / "boot").mkdir(parents=True)
         (d / "arch" / "x86" / "boot" / "bzImage").write_bytes(b"never booted: the tripwires stop any boot\n")
-        (d / ".config").write_text("CONFIG_GCOV_KERNEL=y\n" if gcov else "CONFIG_NET=y\n")
+        guest = "".join(f"CONFIG_{o}=y\n" for o in GUEST_BUILTIN)  # what kpgo's guest needs of any kernel
+        (d / ".config").write_text(guest + ("CONFIG_GCOV_KERNEL=y\n" if gcov else "CONFIG_NET=y\n"))
         (d / "build.json").write_text(json.dumps({
             "ok": True, "gcov": gcov, "key": f"stand-in-{name}", "build_dir": str(d), "kernel_release": KERNEL_VERSION,
             "variant": "instrumented" if gcov else "vanilla", "config_name": "tiny", "config_hash": "0", "gcc": "0"}))
@@ -236,6 +239,14 @@ def _make_builds_and_runs(w: World) -> None:
     (runs / "not-object").mkdir()
     (runs / "not-object" / "run.json").write_text("[1, 2]\n")
     (w.root / "a-file.txt").write_text("a file where a directory is expected\n")
+
+
+def _no_9p(w: World, t: Path) -> Path:
+    """A copy of the stand-in instrumented build whose 9p is a module."""
+    d = t / "no-9p"
+    shutil.copytree(w.root / "builds" / "instr", d)
+    (d / ".config").write_text((d / ".config").read_text().replace("CONFIG_9P_FS=y", "CONFIG_9P_FS=m"))
+    return d
 
 
 def _special(path: Path, kind: str) -> Path:
@@ -661,6 +672,9 @@ CASES: list[Case] = [
       lambda w, t: ["collect", w.root / "builds" / "vanilla", "-o", t / "out"], 1, "is not instrumented"),
     C("collect-kernel-lacks-option", "trees", "collect postgresql on a kernel without CONFIG_SYSVIPC",
       collect("--workload", "postgresql"), 1, "needs CONFIG_SYSVIPC=y"),
+    C("collect-kernel-lacks-9p", "trees", "collect on a kernel whose 9p is a module (Debian's amd64 config as it ships)",
+      lambda w, t: ["collect", _no_9p(w, t), "--workload", "redis", "-o", t / "out"], 1, "cannot boot as kpgo's guest",
+      "CONFIG_9P_FS=y"),
     C("study-run-dir-missing", "trees", "study universal on a directory that does not exist",
       lambda w, t: ["study", "universal", w.root / "nope"], 1, "holds no finished kpgo run", outs=NONE),
     C("study-share-not-a-run", "trees", "study share on a profile directory", lambda w, t: ["study", "share", w.m0], 1,
