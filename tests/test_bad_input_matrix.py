@@ -30,7 +30,6 @@ import pytest
 
 from conftest import CliResult, assert_one_line_error, kpgo
 from gcov_fixtures import build_program, kernelize_tree, require_gcc
-
 from kpgo.workloads import GUEST_BUILTIN
 
 DATA = Path(__file__).parent / "data"

@@ -22,7 +22,7 @@ import pytest
 import fake_boot
 import gcov_fixtures
 from conftest import CliResult, assert_one_line_error, workload
-from kpgo import bench, collect, pipeline, records, variants, vm
+from kpgo import bench, collect, pipeline, records, variants, vm, workloads
 from kpgo.cluster import GUEST, Cluster, Schedule, choose_nodes
 from kpgo.errors import InfraError, UserError
 from kpgo.kernel import kbuild
@@ -37,7 +37,7 @@ def fake_build(d: Path, key: str, size: int) -> Path:
     figure)."""
     (d / "arch" / "x86" / "boot").mkdir(parents=True)
     (d / "arch" / "x86" / "boot" / "bzImage").write_bytes(bytes(size))
-    (d / ".config").write_text("CONFIG_MODULES=n\nCONFIG_SYSVIPC=y\n")
+    (d / ".config").write_text("CONFIG_MODULES=n\nCONFIG_SYSVIPC=y\n" + "".join(f"CONFIG_{o}=y\n" for o in workloads.GUEST_BUILTIN))
     (d / "build.json").write_text(json.dumps({"ok": True, "key": key, "variant": "vanilla", "kernel_release": "6.12.0-fake"}))
     return d
 
