@@ -1122,7 +1122,7 @@ def layout(ctx: Context) -> Section | Skipped:
     if res is None:
         return Skipped(LAYOUT, "no bench/results.json")
     fams = _families(res, LAYOUT_FAMILIES)
-    if not any(f != "PGO" and not f.startswith("universal PGO") or f in ("universal PGO + order", "universal PGO + BOLT") for f in fams):
+    if not set(fams) - {"PGO", "universal PGO"}:  # the references alone: no layout kernel
         return Skipped(LAYOUT, "no layout kernel measured (`kpgo run --study layout`)")
     base = res.baseline
     blocks: list[Any] = [
