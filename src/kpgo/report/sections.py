@@ -1134,8 +1134,7 @@ def layout(ctx: Context) -> Section | Skipped:
     b, d = _families_blocks(ctx, LAYOUT, fams, lambda w: base, base, "kernel_l1i_misses_per_op")
     blocks += b
     data: dict[str, Any] = {"against_vanilla": d}
-    on_pgo = {f: fams[f] for f in ("PGO + order", "PGO + BOLT") if f in fams} | \
-             {f: fams[f] for f in ("universal PGO + order", "universal PGO + BOLT") if f in fams}
+    on_pgo = {f: fams[f] for f in ("PGO + order", "PGO + BOLT", "universal PGO + order", "universal PGO + BOLT") if f in fams}
     if on_pgo:
         def pgo_of(f: str) -> Family:
             return (lambda w: "universal-norm") if f.startswith("universal") else (lambda w: f"optimized-{w}")
