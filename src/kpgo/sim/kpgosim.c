@@ -202,6 +202,19 @@ static __attribute__((noinline)) uint64_t tlb_lookup_rest(struct tlb_ent *set, u
     return 1;  /* miss */
 }
 
+/* The pages of one execution through one iTLB: its misses. */
+static inline uint64_t tlb_walk(struct tlb_ent *tlb, const struct page_ref *p, unsigned n)
+{
+    uint64_t miss = 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct tlb_ent *set = tlb + p[i].off;
+        if (G_UNLIKELY(set[0].v != p[i].vtag || set[0].h != p[i].htag)) {
+            miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
+        }
+    }
+    return miss;
+}
+
 /* ---- branch records ----
  * Aggregated, not a trace: per vCPU, two tables count taken-branch edges (from, to) and
  * fall-through ranges (start, end: from a branch target to the next taken branch's source), and a
@@ -491,22 +504,8 @@ static __attribute__((noinline)) void account(unsigned vcpu_index, const struct 
             c->ic_miss += ic_lookup_rest(set, cfg.ic_assoc, l[i].tag);
         }
     }
-    const struct page_ref *p = seg_pages(s);
-    struct tlb_ent *tlb = vc->tlb;
-    for (unsigned i = 0; i < s->n_pages; i++) {
-        struct tlb_ent *set = tlb + p[i].off;
-        if (G_UNLIKELY(set[0].v != p[i].vtag || set[0].h != p[i].htag)) {
-            c->tlb_miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
-        }
-    }
-    p = seg_small(s);
-    tlb = vc->small;
-    for (unsigned i = 0; i < s->n_small; i++) {
-        struct tlb_ent *set = tlb + p[i].off;
-        if (G_UNLIKELY(set[0].v != p[i].vtag || set[0].h != p[i].htag)) {
-            c->small_miss += tlb_lookup_rest(set, cfg.tlb_assoc, p[i].vtag, p[i].htag);
-        }
-    }
+    c->tlb_miss += tlb_walk(vc->tlb, seg_pages(s), s->n_pages);
+    c->small_miss += tlb_walk(vc->small, seg_small(s), s->n_small);
 }
 
 /* Outside a window (boot, set-up: most of a guest's life) a block costs this test only. */
@@ -975,6 +974,25 @@ static uint32_t branch_kind(struct qemu_plugin_insn *insn)
     return BK_NONE;
 }
 
+/* Append the pages of size 1 << shift that an instruction at v..vend (host address h) touches to refs[0..n), one
+ * per distinct page in execution order (*last: the page appended last); the new count. */
+static size_t add_pages(struct page_ref *refs, size_t n, uint64_t *last, uint64_t v, uint64_t vend, uint64_t h,
+                        uint64_t virt_flag, unsigned shift)
+{
+    for (uint64_t pn = v >> shift; pn <= vend >> shift; pn++) {
+        if (pn == *last) {
+            continue;
+        }
+        uint64_t ph = h + ((pn << shift) - v);
+        refs[n].vtag = pn;
+        refs[n].htag = (ph >> shift) | virt_flag;
+        refs[n].off = (pn & (tlb_sets - 1)) * cfg.tlb_assoc;
+        n++;
+        *last = pn;
+    }
+    return n;
+}
+
 /* The interned segment for instructions [first, last) of the block. */
 static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t last, int op, int side,
                              uint64_t phantom)
@@ -1009,28 +1027,8 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
             nl++;
             last_line = ln;
         }
-        for (uint64_t pn = v >> pshift; pn <= vend >> pshift; pn++) {
-            if (pn == last_page) {
-                continue;
-            }
-            uint64_t ph = h + ((pn << pshift) - v);
-            pages[np].vtag = pn;
-            pages[np].htag = (ph >> pshift) | virt_flag;
-            pages[np].off = (pn & (tlb_sets - 1)) * cfg.tlb_assoc;
-            np++;
-            last_page = pn;
-        }
-        for (uint64_t pn = v >> SMALL_PAGE_SHIFT; pn <= vend >> SMALL_PAGE_SHIFT; pn++) {
-            if (pn == last_small) {
-                continue;
-            }
-            uint64_t ph = h + ((pn << SMALL_PAGE_SHIFT) - v);
-            small[ns].vtag = pn;
-            small[ns].htag = (ph >> SMALL_PAGE_SHIFT) | virt_flag;
-            small[ns].off = (pn & (tlb_sets - 1)) * cfg.tlb_assoc;
-            ns++;
-            last_small = pn;
-        }
+        np = add_pages(pages, np, &last_page, v, vend, h, virt_flag, pshift);
+        ns = add_pages(small, ns, &last_small, v, vend, h, virt_flag, SMALL_PAGE_SHIFT);
     }
     s->n_insns = last - first;
     s->own_sets = distinct_offsets(&lines[0].off, nl, sizeof(*lines) / sizeof(uint64_t)) &&
