@@ -159,20 +159,9 @@ def _weights(totals: Sequence[int], weights: Sequence[float], normalize: bool) -
 def make(inputs: Sequence[Path], out: Path, weights: Sequence[float] | None = None, normalize: bool = False) -> dict[str, Any]:
     """Write the sample profile of the branch profiles `inputs` (all of one training kernel) into the new directory
     `out`; its manifest is returned."""
-    if not inputs:
-        raise UserError("no branch profile given", "pass one or more directories from `kpgo collect BUILD --branches`")
-    weights = list(weights) if weights is not None else [1.0] * len(inputs)
-    if len(weights) != len(inputs) or any(not w > 0 for w in weights):
-        raise UserError(f"--weights needs {len(inputs)} positive numbers, one per input", "e.g. --weights 1,2")
-    atomic.check_output(out, inputs=inputs)
     from kpgo import branches  # numpy: only where records are read
 
-    manifests = [branches.read_profile(p) for p in inputs]
-    ids = {m.get("build_id") for m in manifests}
-    if len(ids) != 1:
-        raise UserError("the branch profiles were recorded on different kernels (build ids " + ", ".join(sorted(map(str, ids))) + ")",
-                        "merge the records of one training kernel")
-    vmlinux, build_id = branches.recorded_kernel(manifests[0], f"the branch profile {inputs[0]}")
+    manifests, weights, vmlinux, build_id = branches.read_inputs(inputs, out, weights, "training kernel")
     check_training(vmlinux)
     for tool in (PROFGEN, PROFDATA):
         if proc.which(tool) is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -572,6 +573,28 @@ def read_profile(path: Path) -> dict:
     return dict(manifest, records=records.summary(), files=files)
 
 
+def read_inputs(inputs: Sequence[Path], out: Path, weights: Sequence[float] | None, kernel: str) -> tuple[list[dict], list[float], Path, str]:
+    """What a step made from several branch profiles of one kernel checks first (`kpgo profile merge` of branch
+    profiles, `kpgo profile afdo`): inputs given, one positive weight each (all 1 without), `out` free, every manifest
+    read with its records checked, one build id among them and that kernel still there. Their manifests, the weights,
+    the vmlinux and its build id; one-line UserErrors. `kernel` names the kernel they must share in the hint."""
+    from kpgo import atomic
+
+    if not inputs:
+        raise UserError("no branch profile given", "pass one or more directories from `kpgo collect BUILD --branches`")
+    weights = list(weights) if weights is not None else [1.0] * len(inputs)
+    if len(weights) != len(inputs) or any(not w > 0 for w in weights):
+        raise UserError(f"--weights needs {len(inputs)} positive numbers, one per input", "e.g. --weights 1,2")
+    atomic.check_output(out, inputs=inputs)
+    manifests = [read_profile(p) for p in inputs]
+    ids = {str(m.get("build_id")) for m in manifests}
+    if len(ids) != 1:
+        raise UserError("the branch profiles were recorded on different kernels (build ids " + ", ".join(sorted(ids)) + ")",
+                        f"merge the records of one {kernel}")
+    vmlinux, build_id = recorded_kernel(manifests[0], f"the branch profile {inputs[0]}")
+    return manifests, weights, vmlinux, build_id
+
+
 def _workload_name(manifest: dict) -> str | None:
     wl = manifest.get("workload")
     return wl.get("name") if isinstance(wl, dict) and isinstance(wl.get("name"), str) else None
@@ -587,18 +610,7 @@ def merge(inputs: list[Path], out: Path, weights: list[float] | None = None, nor
 
     from kpgo import atomic
 
-    if not inputs:
-        raise UserError("no branch profile given", "pass two or more directories from `kpgo collect BUILD --branches`")
-    weights = list(weights) if weights is not None else [1.0] * len(inputs)
-    if len(weights) != len(inputs) or any(not w > 0 for w in weights):
-        raise UserError(f"--weights needs {len(inputs)} positive numbers, one per input", "e.g. --weights 1,2")
-    atomic.check_output(out, inputs=inputs)
-    manifests = [read_profile(p) for p in inputs]
-    ids = {str(m.get("build_id")) for m in manifests}
-    if len(ids) != 1:
-        raise UserError("the branch profiles were recorded on different kernels (build ids " + ", ".join(sorted(ids)) + ")",
-                        "merge the records of one kernel")
-    vmlinux, build_id = recorded_kernel(manifests[0], f"the branch profile {inputs[0]}")
+    manifests, weights, vmlinux, build_id = read_inputs(inputs, out, weights, "kernel")
     parts = [read_records(Path(p) / RECORDS_FILE, build_id) for p in inputs]
     most = max(r.branches for r in parts)
     factors = [w * (most / r.branches if normalize and r.branches else 1.0) for w, r in zip(weights, parts)]
