@@ -18,6 +18,7 @@ from typing import Any
 from kpgo import inputs
 from kpgo.errors import UserError
 from kpgo.guest.contract import STEP_KINDS, WINDOWS, Workload
+from kpgo.kernel import kconfig
 
 GUEST_VARS = ("rundir", "tools", "cpus", "listen")  # listen: the servers' bind address (0.0.0.0 with a host client)
 CLIENTS = ("guest", "host")
@@ -165,13 +166,13 @@ def check_kernel(specs: list[Workload], build_dir: Path) -> None:
         config = (build_dir / ".config").read_text()
     except OSError:
         return  # not a kpgo build; the caller's own check reports that
-    builtin = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith("=y")}
-    lacking = [o for o in GUEST_BUILTIN if o not in builtin]
+    options = kconfig.parse(config)
+    lacking = [o for o in GUEST_BUILTIN if options.get(f"CONFIG_{o}") != "y"]
     if lacking:
         opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
         raise UserError(f"the kernel in {build_dir} cannot boot as kpgo's guest: it needs {opts} (virtme-ng's root filesystem is "
                         "the host's, over virtio 9p, before any module loads)", f"build it with --fragment FILE holding {opts} (one per line)")
-    have = {ln.split("=", 1)[0].removeprefix("CONFIG_") for ln in config.splitlines() if ln.startswith("CONFIG_") and ln.endswith(("=y", "=m"))}
+    have = {k.removeprefix("CONFIG_") for k, v in options.items() if v in ("y", "m")}
     for s in specs:
         lacking = [o for o in s.kernel_config if o not in have]
         if lacking:
