@@ -740,23 +740,30 @@ def geomean_of(results: dict, labels: dict[str, str], metric: str) -> dict[str, 
     """The geometric mean over workloads of kernel labels[W]'s ratio to the baseline on W, in `metric`: a simulated
     per-op count (ratio < 1: fewer events) or "speedup" (wall-clock, ratio > 1: faster), with its interval and
     the workloads that had samples on both sides; None if none had."""
-    base = results["baseline"]
     pairs, used = [], []
     for n, label in labels.items():
-        samples = [x for x in results.get("samples", []) if x["workload"] == n]
-        if metric == "speedup":
-            b, o = ([x["mean"] for x in samples if x["kernel"] == k] for k in (base, label))
-            hib = (results["workloads"].get(n) or {}).get("higher_is_better", True)
-            pair = (b, o) if hib else (o, b)
-        else:
-            b, o = ([x["sim_per_op"][metric] for x in samples if x["kernel"] == k and metric in (x.get("sim_per_op") or {})] for k in (base, label))
-            pair = (b, o)
-        if b and o:
+        pair = boot_pair(results, n, results["baseline"], label, metric)
+        if pair is not None:
             pairs.append(pair)
             used.append(n)
     if not pairs or any(min(sum(x), sum(y)) <= 0 for x, y in pairs):
         return None  # nothing measured, or a zero count, which has no geometric mean
     return _geomean_row(pairs, used)
+
+
+def boot_pair(results: dict, workload: str, ref: str, label: str, metric: str) -> tuple[list[float], list[float]] | None:
+    """The boots of `ref` and of `label` on `workload` in `metric` (a simulated per-op count, or "speedup": their
+    throughput), ordered as kpgo.stats takes them, so that mean(second) / mean(first) is the ratio shown (a count: < 1
+    fewer events; speedup: > 1 faster, whichever way the workload's unit goes); None unless both were measured."""
+    samples = [x for x in results.get("samples", []) if x["workload"] == workload]
+    if metric == "speedup":
+        a, b = ([x["mean"] for x in samples if x["kernel"] == k] for k in (ref, label))
+        hib = (results["workloads"].get(workload) or {}).get("higher_is_better", True)
+        pair = (a, b) if hib else (b, a)
+    else:
+        a, b = ([x["sim_per_op"][metric] for x in samples if x["kernel"] == k and metric in (x.get("sim_per_op") or {})] for k in (ref, label))
+        pair = (a, b)
+    return pair if a and b else None
 
 
 BOOT_COUNTS = ("insns", "l1i_misses", "taken_branches")

@@ -958,22 +958,6 @@ FAMILY_METRICS = (*bench.SIM_HEADLINE, "kernel_itlb_misses_per_op", "kernel_itlb
 Family = Callable[[str], str]  # workload -> the label of the family's kernel measured on it
 
 
-def _per_boot(res: Results, kernel: str, wl: str, metric: str | None) -> list[float]:
-    """The boots of `kernel` on `wl`: their simulated `metric` per operation, or (None) their throughput."""
-    if metric is None:
-        return [x.mean for x in res.samples if x.kernel == kernel and x.workload == wl]
-    return [(x.sim_per_op or {})[metric] for x in res.samples if x.kernel == kernel and x.workload == wl and metric in (x.sim_per_op or {})]
-
-
-def _pair(res: Results, kernel: str, ref: str, wl: str, metric: str | None) -> tuple[list[float], list[float]] | None:
-    """(reference boots, kernel boots) oriented as kpgo.stats takes them: mean(second)/mean(first) is the ratio shown
-    (a count per operation: < 1 fewer; wall-clock: the speedup, > 1 faster); None unless both were measured."""
-    a, b = _per_boot(res, ref, wl, metric), _per_boot(res, kernel, wl, metric)
-    if not a or not b:
-        return None
-    return (b, a) if metric is None and res.workloads[wl].higher_is_better is False else (a, b)
-
-
 def family_ratios(res: Results, families: dict[str, Family], metric: str | None, ref: Family) -> tuple[list[list[str]], dict[str, Any],
                                                                                                         dict[tuple[str, str], Cell]]:
     """Per workload, each family's kernel against the reference kernel on that workload (kpgo.stats: the ratio of means
@@ -987,7 +971,7 @@ def family_ratios(res: Results, families: dict[str, Family], metric: str | None,
     for wl in res.workloads:
         row, rec = [wl], {}
         for f, label in families.items():
-            pr = _pair(res, label(wl), ref(wl), wl, metric) if label(wl) != ref(wl) else None
+            pr = bench.boot_pair(res.raw, wl, ref(wl), label(wl), metric or "speedup") if label(wl) != ref(wl) else None
             if pr is None:
                 row.append("–")
                 continue
