@@ -72,12 +72,13 @@ def small_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d / "p"
 
 
-def branch_profile(tmp: Path, elf: Path, records_id: str | None = None, **manifest: object) -> Path:
+def branch_profile(tmp: Path, elf: Path, records_id: str | None = None, edges: list[tuple[int, int, int, int]] | None = None,
+                   **manifest: object) -> Path:
     """A branch profile directory as `kpgo collect --branches` writes it, recorded on `elf` (or so it says)."""
     d = tmp / "prof"
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     bid = branches.build_id_of(elf)
-    records_file(d / branches.RECORDS_FILE, records_id or bid, [(0x401000, 0x401010, 5, 1)])
+    records_file(d / branches.RECORDS_FILE, records_id or bid, edges or [(0x401000, 0x401010, 5, 1)])
     for name in (branches.BOLT_FILE, branches.PERF_SCRIPT_FILE, branches.CALL_GRAPH_FILE):
         (d / name).write_text("")
     fields = {"kind": branches.PROFILE_KIND, "vmlinux": str(elf), "build_id": bid, **manifest}
@@ -130,11 +131,44 @@ def test_the_dry_run_names_the_patch_and_the_step(tmp_path: Path, small_elf: Pat
     assert "bolt.patch" in res.stdout and f"{bolt.MAKE_VAR}={tmp_path / 'b' / bolt.STEP}" in res.stdout and "-reorder-blocks=ext-tsp" in res.stdout
 
 
+@pytest.fixture(scope="module")
+def split_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A program GCC splits as it splits a PGO kernel's functions: work's unlikely path (it calls a cold function)
+    goes into work.cold (-freorder-blocks-and-partition, on by default at -O2)."""
+    d = tmp_path_factory.mktemp("split")
+    (d / "s.c").write_text("__attribute__((cold, noinline)) void oops(int x) { __asm__ volatile(\"\" :: \"r\"(x)); }\n"
+                           "__attribute__((noinline)) int work(int x) { if (x > 1000) { oops(x); oops(x + 1); return -1; } return x * 3; }\n"
+                           "void _start(void) { for (int i = 0;; i++) work(i); }\n")
+    subprocess.run(["gcc", "-O2", "-nostdlib", "-static", "-Wl,--build-id", "-o", d / "s", d / "s.c"], check=True)
+    return d / "s"
+
+
+@needs_gcc
+def test_records_of_a_kernel_gcc_split_are_refused_before_the_build(tmp_path: Path, split_elf: Path) -> None:
+    """BOLT leaves a function with a NAME.cold part alone on the kernel: records that ran mostly in one are refused,
+    naming the kernel to record on instead; records outside such functions pass."""
+    fns = {f.name: f for f in codesize.symbols(split_elf).functions}
+    assert "work.cold" in fns, "GCC did not split work: the test's program needs another shape for this GCC"
+    work, start = fns["work"], fns["_start"]
+    d = branch_profile(tmp_path / "a", split_elf, edges=[(start.address + 4, work.address, 10, 1), (work.address + 2, start.address + 9, 90, 1)])
+    assert bolt.split_functions(bolt.recording(d)) == {"functions": 1, "ran": 1, "share": 0.9, "hottest": ["work"]}
+    res = kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", "--dry-run")
+    assert_one_line_error(res, 1, "split into hot and cold parts")
+    assert "pgo-nosplit" in res.stderr and "90.0%" in res.stderr
+    assert not (tmp_path / "b").exists()
+    d = branch_profile(tmp_path / "c", split_elf, edges=[(start.address + 4, work.address, 10, 1)])
+    assert bolt.split_functions(bolt.recording(d))["share"] == 0
+    assert kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", "--dry-run").returncode == 0
+
+
 # ---- the variants and the patch ----
 
 def test_the_bolt_variants() -> None:
     b, pb = variants.get("bolt"), variants.get("pgo-bolt")
     assert b.bolt and pb.bolt and pb.profile and not b.profile and not b.order
+    # the PGO one builds without GCC's hot/cold split, as does the kernel its records come from
+    ns = variants.get("pgo-nosplit")
+    assert variants.NO_SPLIT in pb.flags and variants.NO_SPLIT in ns.flags and ns.profile and not ns.bolt
     assert "BOLTed" in b.summary()
 
 
@@ -143,6 +177,7 @@ def test_the_bolt_variants() -> None:
     ({"bolt": True, "order": True, "flags": ["-ffunction-sections"]}, "bolt = true with order = true"),
     ({"bolt": True, "compiler": "clang-19"}, "bolt = true with clang"),
     ({"bolt": "yes"}, "bolt should be of type bool"),
+    ({"bolt": True, "profile": True}, "flags need -fno-reorder-blocks-and-partition"),
 ])
 def test_bolt_variant_files_are_validated(spec: dict, needle: str) -> None:
     base = {"name": "mine", "description": "x", "compiler": "gcc-12", "opt": "O2"}

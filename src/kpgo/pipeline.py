@@ -11,13 +11,14 @@ and measures them on every workload; `cross` measures every optimized kernel on 
 `variability` collects every workload's profile a second time (RUN/profiles/again/<wl>), compares
 the two collections' similarity beside the workloads' (RUN/studies/variability/similarity.json) and
 measures the kernel built from the second (optimized-<wl>.2) beside the first on its workload;
-`layout` records every workload's branches on vanilla and on its optimized kernel
+`layout` records every workload's branches on vanilla, on its optimized kernel and on its PGO kernel
+without hot/cold split (pgo-nosplit-<wl>, built for this: BOLT cannot use the functions GCC splits)
 (RUN/branches/<kernel>/<wl>) and measures, each on its workload, vanilla + BOLT (bolt-<wl>), PGO +
 BOLT (pgo-bolt-<wl>) and PGO + function order (pgo-order-<wl>); with several workloads also their universal
 variants, measured on every workload: BOLT on vanilla from every workload's records merged normalized
 (RUN/branches/merged/vanilla; bolt-universal) and, with `universal` too, the workloads' records on
-universal-norm merged (RUN/branches/merged/universal-norm) for pgo-bolt-universal and pgo-order-universal
-(docs/LAYOUT.md);
+universal-norm and on pgo-nosplit-universal merged (RUN/branches/merged/<kernel>) for pgo-order-universal
+and pgo-bolt-universal (docs/LAYOUT.md);
 `clang` builds the clang-train kernel, records its branches under every workload
 (RUN/branches/clang-train/<wl>), makes their normalized sample profile (RUN/profiles/clang-afdo) and
 measures clang, clang-thinlto, clang-afdo and clang-afdo-thinlto on every workload (docs/CLANG.md).
@@ -325,35 +326,41 @@ def _again(opts: RunOptions, instr: records.Build, names: list[str]) -> list[Wan
 
 
 def _layout_study(opts: RunOptions, build: Builder, timed: Any, van: records.Build, opt: dict[str, records.Build]) -> dict[str, records.Build]:
-    """The layout study's kernels: each workload's branches recorded on vanilla and on its optimized kernel, then
-    BOLT on vanilla from the first, BOLT on the PGO kernel and the PGO kernel in C3's function order from the second
-    (docs/LAYOUT.md)."""
+    """The layout study's kernels: each workload's branches recorded on vanilla, on its optimized kernel and on its
+    pgo-nosplit kernel (PGO without GCC's hot/cold split, which BOLT cannot use on the kernel), then BOLT on vanilla
+    from the first, the PGO kernel in C3's function order from the second, BOLT on the PGO kernel from the third
+    (docs/LAYOUT.md). The pgo-nosplit kernels are built and recorded on, not measured."""
     rd = opts.run_dir
     wanted: list[Wanted] = []
+    made: dict[str, records.Build] = {}
     for wl in opts.workloads:
         n = wl.name
-        on_van = rd / "branches" / "vanilla" / n
-        on_opt = rd / "branches" / f"optimized-{n}" / n
-        timed(f"collect {n} --branches on vanilla", lambda: branches_cached(on_van, rd / "builds" / "vanilla", van, wl, opts.guest))  # noqa: B023
-        timed(f"collect {n} --branches on optimized-{n}",
-              lambda: branches_cached(on_opt, rd / "builds" / f"optimized-{n}", opt[f"optimized-{n}"], wl, opts.guest))  # noqa: B023
         prof = rd / "profiles" / n
-        wanted += [("bolt", f"bolt-{n}", None, on_van), ("pgo-bolt", f"pgo-bolt-{n}", prof, on_opt), ("pgo-order", f"pgo-order-{n}", prof, on_opt)]
+        made[f"pgo-nosplit-{n}"] = timed(f"build pgo-nosplit-{n}", lambda: build("pgo-nosplit", f"pgo-nosplit-{n}", prof))  # noqa: B023
+        on = {k: rd / "branches" / k / n for k in ("vanilla", f"optimized-{n}", f"pgo-nosplit-{n}")}
+        for k, b in (("vanilla", van), (f"optimized-{n}", opt[f"optimized-{n}"]), (f"pgo-nosplit-{n}", made[f"pgo-nosplit-{n}"])):
+            timed(f"collect {n} --branches on {k}", lambda: branches_cached(on[k], rd / "builds" / k, b, wl, opts.guest))  # noqa: B023
+        wanted += [("bolt", f"bolt-{n}", None, on["vanilla"]), ("pgo-bolt", f"pgo-bolt-{n}", prof, on[f"pgo-nosplit-{n}"]),
+                   ("pgo-order", f"pgo-order-{n}", prof, on[f"optimized-{n}"])]
     names = [wl.name for wl in opts.workloads]
     if len(names) > 1:  # the universal variants: every workload's records on one kernel, merged normalized
         merged = rd / "branches" / "merged"
         van_all = timed("merge branches on vanilla", lambda: merge_branches_cached([rd / "branches" / "vanilla" / n for n in names], merged / "vanilla"))
         wanted.append(("bolt", f"bolt-{UNIVERSAL_LAYOUT}", None, van_all))
         if "universal-norm" in opt:
-            for wl in opts.workloads:
-                timed(f"collect {wl.name} --branches on universal-norm",
-                      lambda: branches_cached(rd / "branches" / "universal-norm" / wl.name, rd / "builds" / "universal-norm",  # noqa: B023
-                                              opt["universal-norm"], wl, opts.guest))  # noqa: B023
-            un_all = timed("merge branches on universal-norm",
-                           lambda: merge_branches_cached([rd / "branches" / "universal-norm" / n for n in names], merged / "universal-norm"))
             prof = rd / "profiles" / "universal-norm"
-            wanted += [("pgo-bolt", f"pgo-bolt-{UNIVERSAL_LAYOUT}", prof, un_all), ("pgo-order", f"pgo-order-{UNIVERSAL_LAYOUT}", prof, un_all)]
-    return {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
+            nosplit = f"pgo-nosplit-{UNIVERSAL_LAYOUT}"
+            made[nosplit] = timed(f"build {nosplit}", lambda: build("pgo-nosplit", nosplit, prof))
+            on_all = {}
+            for k, b in (("universal-norm", opt["universal-norm"]), (nosplit, made[nosplit])):
+                for wl in opts.workloads:
+                    timed(f"collect {wl.name} --branches on {k}",
+                          lambda: branches_cached(rd / "branches" / k / wl.name, rd / "builds" / k, b, wl, opts.guest))  # noqa: B023
+                on_all[k] = timed(f"merge branches on {k}",
+                                  lambda: merge_branches_cached([rd / "branches" / k / n for n in names], merged / k))  # noqa: B023
+            wanted += [("pgo-bolt", f"pgo-bolt-{UNIVERSAL_LAYOUT}", prof, on_all[nosplit]),
+                       ("pgo-order", f"pgo-order-{UNIVERSAL_LAYOUT}", prof, on_all["universal-norm"])]
+    return made | {w[1]: timed(f"build {w[1]}", lambda: build(*w)) for w in wanted}  # noqa: B023
 
 
 def merge_branches_cached(srcs: list[Path], out: Path) -> Path:

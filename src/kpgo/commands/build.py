@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(or its callgraph.tsv) whose call graph C3 orders; best recorded on the kernel being reordered (docs/LAYOUT.md)")
     p.add_argument("--branches", type=Path, metavar="DIR",
                    help="for a variant that runs BOLT (bolt, pgo-bolt): the branch profile of `kpgo collect BUILD_DIR --branches`, "
-                   "recorded on a kernel of the same variant without BOLT (docs/LAYOUT.md, \"BOLT\")")
+                   "recorded on a kernel of the same code without BOLT: vanilla for bolt, pgo-nosplit for pgo-bolt (docs/LAYOUT.md, \"BOLT\")")
     p.add_argument("-o", "--out", type=Path, metavar="DIR", help="build directory (default: builds/<base>-<variant>)")
     p.add_argument("--kcflags", default="", help="extra compiler flags for every kernel object, after the variant's")
     p.add_argument("--partial-training", action=argparse.BooleanOptionalAction, default=None,

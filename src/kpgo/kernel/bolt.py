@@ -31,6 +31,7 @@ BOLT flips a bit of the build id: the BOLTed vmlinux, and the kernel the bzImage
 
 API
     recording(path) -> Recording            the branch profile, its kernel, checked (one-line errors)
+    require_unsplit(recording) -> dict      refuses records whose kernel GCC split (BOLT cannot use those functions)
     to_fdata(recording, out) -> dict        perf2bolt's profile and what it said
     write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
     report(log) -> dict                     BOLT's own figures from its output
@@ -181,6 +182,47 @@ def bolt_input(elf: Path, dest: Path) -> Path:
         return elf
     proc.run(["objcopy", *_ksymtab_args(), elf, dest], what="objcopy (empty __ksymtab for BOLT)")
     return dest
+
+
+# GCC's name for the part of a function it split off under a profile (-freorder-blocks-and-partition); BOLT's own are
+# NAME.cold.N. On the kernel BOLT 19 has no relocation mode, where a function with such a part is not simple: BOLT keeps
+# its code and drops its profile (the records of its traces count as mismatching). Records whose kernel split more than
+# this share of their taken branches are refused before the build (kpgo.variants.NO_SPLIT, pgo-nosplit).
+_GCC_COLD = re.compile(r"(.+)\.cold")
+MAX_SPLIT_SHARE = 0.02
+
+
+def split_functions(r: Recording) -> dict[str, Any]:
+    """The functions of the recorded kernel GCC split into a hot part and NAME.cold that ran under the records, and
+    their share of the records' taken branches (either part)."""
+    from kpgo import branches
+
+    records = branches.read_records(r.dir / branches.RECORDS_FILE, r.build_id)
+    fns = branches.Functions(r.vmlinux)
+    per = branches.function_branches(records, fns)
+    parents = {m.group(1) for n in fns.names if (m := _GCC_COLD.fullmatch(n))}
+    family: dict[str, float] = {}
+    for name, n in zip(fns.names, per.tolist()):
+        m = _GCC_COLD.fullmatch(name)
+        if m or name in parents:
+            key = m.group(1) if m else name
+            family[key] = family.get(key, 0.0) + n
+    ran = sorted((k for k, n in family.items() if n > 0), key=lambda k: -family[k])
+    total = float(per.sum()) or 1.0
+    return {"functions": len(parents), "ran": len(ran), "share": round(sum(family.values()) / total, 6), "hottest": ran[:5]}
+
+
+def require_unsplit(r: Recording) -> dict[str, Any]:
+    """split_functions(r), or a one-line UserError when BOLT would have to leave more than MAX_SPLIT_SHARE of the
+    records unused for it."""
+    split = split_functions(r)
+    if split["share"] > MAX_SPLIT_SHARE:
+        raise UserError(f"the branch profile {r.dir} was recorded on a kernel whose functions GCC split into hot and cold parts: "
+                        f"{split['ran']:,} of them ran ({', '.join(split['hottest'][:3])}, ...), holding {split['share']:.1%} of its "
+                        "taken branches, which BOLT cannot use on the kernel",
+                        "record on a kernel built with -fno-reorder-blocks-and-partition: for pgo-bolt, "
+                        "`kpgo build --variant pgo-nosplit --profile P` (docs/LAYOUT.md, \"BOLT on a PGO kernel\")")
+    return split
 
 
 _P2B_MISMATCH = re.compile(r"traces mismatching disassembled function contents: (\d+) \(([\d.]+)%\)")

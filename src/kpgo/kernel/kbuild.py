@@ -226,7 +226,7 @@ def check_request(variant: Variant, profile: Path | None, need_compiler: bool = 
     if call_graph is not None:  # the recording, its kernel and the call graph itself, read now: a bad file fails here
         order.plan(order.recording(call_graph))
     if branches is not None:  # the records against their kernel's build id, and BOLT itself: a bad input fails here
-        bolt.recording(branches)
+        bolt.require_unsplit(bolt.recording(branches))
         if need_compiler:
             bolt.require_tools()
     if with_values:
@@ -390,7 +390,7 @@ def _build(req: BuildRequest) -> dict:
     rec = bolt.recording(req.branches) if req.branches is not None else None
     if rec is not None:
         # perf2bolt reads the records against their own kernel (names and offsets); the step runs BOLT after the link
-        fdata_info = bolt.to_fdata(rec, out)
+        fdata_info = bolt.to_fdata(rec, out) | {"split_functions": bolt.split_functions(rec)}
         reserve = bolt.reserve_bytes(rec)
         say(f"build {name}: BOLT profile: {fdata_info['entries_written']:,} entries from {rec.dir} (perf2bolt: "
             f"{fdata_info['mismatching_share'] or 0:.1%} of the traces mismatch the recorded kernel's code); {reserve >> 20} MiB kept for moved code")
