@@ -1110,11 +1110,12 @@ def layout(ctx: Context) -> Section | Skipped:
         return Skipped(LAYOUT, "no layout kernel measured (`kpgo run --study layout`)")
     base = res.baseline
     blocks: list[Any] = [
-        "Layout on top of each workload's GCC PGO kernel, from branch records the emulator took on that kernel under the "
-        "workload (docs/LAYOUT.md): the functions in C3's order (PGO + order) and BOLT's function and block layout with "
-        "hot/cold splitting (PGO + BOLT); BOLT on vanilla from vanilla's records (vanilla + BOLT: no instrumented build at "
-        "all); and the same for one kernel for every workload (universal: the normalized merge of all workloads' profiles "
-        "and records). First against vanilla, then the layout stacks against GCC PGO alone."]
+        "Layout on top of each workload's GCC PGO kernel, from branch records the emulator took under the workload "
+        "(docs/LAYOUT.md): the functions in C3's order (PGO + order; recorded on the PGO kernel) and BOLT's block layout "
+        "with hot/cold splitting (PGO + BOLT; the PGO kernel built without GCC's own hot/cold split, which BOLT cannot use "
+        "on the kernel, recorded on that build); BOLT on vanilla from vanilla's records (vanilla + BOLT: no instrumented "
+        "build at all); and the same for one kernel for every workload (universal: the normalized merge of all workloads' "
+        "profiles and records). First against vanilla, then the layout stacks against GCC PGO alone."]
     b, d = _families_blocks(ctx, LAYOUT, fams, lambda w: base, base, "kernel_l1i_misses_per_op")
     blocks += b
     data: dict[str, Any] = {"against_vanilla": d}
