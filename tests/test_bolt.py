@@ -169,6 +169,7 @@ def test_the_bolt_variants() -> None:
     # the PGO one builds without GCC's hot/cold split, as does the kernel its records come from
     ns = variants.get("pgo-nosplit")
     assert variants.NO_SPLIT in pb.flags and variants.NO_SPLIT in ns.flags and ns.profile and not ns.bolt
+    assert ns.bolt_base and not pb.bolt_base  # from pgo-bolt's patched source: the same path, the same code
     assert "BOLTed" in b.summary()
 
 
@@ -178,10 +179,27 @@ def test_the_bolt_variants() -> None:
     ({"bolt": True, "compiler": "clang-19"}, "bolt = true with clang"),
     ({"bolt": "yes"}, "bolt should be of type bool"),
     ({"bolt": True, "profile": True}, "flags need -fno-reorder-blocks-and-partition"),
+    ({"bolt": True, "bolt_base": True}, "bolt_base = true is for the GCC kernel"),
+    ({"bolt_base": True, "compiler": "clang-19"}, "bolt_base = true is for the GCC kernel"),
 ])
 def test_bolt_variant_files_are_validated(spec: dict, needle: str) -> None:
     base = {"name": "mine", "description": "x", "compiler": "gcc-12", "opt": "O2"}
     assert any(needle in p for p in variants.validate(base | spec)), variants.validate(base | spec)
+
+
+def test_the_kernel_bolt_rewrites_is_built_from_the_same_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgo-nosplit (bolt_base) builds from BOLT's patched copy as pgo-bolt does (GCC's code with a profile changes with
+    the source's path); optimized from the source itself."""
+    from dataclasses import replace
+
+    from kpgo.kernel import kbuild, kconfig
+
+    monkeypatch.setattr(bolt, "patched", lambda s: replace(s, ident=f"{s.ident}+bolt.patch"))
+    src = source.KernelSource(tmp_path / "linux", "6.12.0", "stand-in")
+    spec = kconfig.resolve("tiny", None, [])
+    built = {n: kbuild._patched(kbuild.BuildRequest(src, spec, variants.get(n), tmp_path / n)).source.ident
+             for n in ("pgo-nosplit", "pgo-bolt", "optimized", "bolt")}
+    assert built == {"pgo-nosplit": "stand-in+bolt.patch", "pgo-bolt": "stand-in+bolt.patch", "optimized": "stand-in", "bolt": "stand-in+bolt.patch"}
 
 
 def test_the_patch_names_the_files_it_changes() -> None:

@@ -332,13 +332,13 @@ def _up_to_date(req: BuildRequest, key: str) -> dict | None:
 
 
 def _patched(req: BuildRequest) -> BuildRequest:
-    """req with the source it builds from: the patched copy (cached, never the user's tree) for value profiles or a
-    function order."""
+    """req with the source it builds from: the patched copy (cached, never the user's tree) for value profiles, a
+    function order, AutoFDO, BOLT and the kernel BOLT rewrites."""
     if req.values:
         return replace(req, source=values.patched(req.source))
     if req.variant.order or req.variant.autofdo:  # function sections placed; KPGO_LDFLAGS (kpgo.afdo)
         return replace(req, source=order.patched(req.source))
-    if req.variant.bolt:
+    if req.variant.bolt or req.variant.bolt_base:  # bolt_base: the same source path, so the same code (variants.Variant)
         return replace(req, source=bolt.patched(req.source))
     return req
 
@@ -711,8 +711,9 @@ def dry_run(req: BuildRequest) -> list[str]:
     if v.order:
         lines.append(f"# the function order: C3 over {req.call_graph}, written to {out / order.FRAGMENT} (and {order.LIST})")
     lines += [shlex.join(argv) for argv in kconfig.configure_commands(req.source.path, out, req.config, req.fragments, c.make_args())]
-    if v.bolt:
+    if v.bolt or v.bolt_base:
         lines.append(f"# the source: a copy of {req.source.path} with {bolt.PATCH.name} applied (in {cache_dir() / 'src'})")
+    if v.bolt:
         lines.append(f"# BOLT's profile: perf2bolt -pa over {req.branches}, written to {out / bolt.FDATA}; after the link "
                      f"{out / bolt.STEP} runs {bolt.LLVM_BOLT} {' '.join(bolt.OPTIONS)} on vmlinux")
     if req.profile is not None and v.autofdo:

@@ -27,7 +27,7 @@ DEFAULT_COMPILER = "gcc-12"
 # The oldest compilers kernel 6.12 accepts (scripts/min-tool-version.sh: GCC 5.1, LLVM 13.0.1).
 MIN_MAJOR = {"gcc": 5, "clang": 13}
 KEYS: dict[str, type] = {"name": str, "description": str, "compiler": str, "opt": str, "flags": list, "profile": bool, "gcov": bool,
-                         "order": bool, "bolt": bool, "autofdo": bool, "lto": str}
+                         "order": bool, "bolt": bool, "bolt_base": bool, "autofdo": bool, "lto": str}
 LTO = ("thin",)  # Clang's LTO kinds a variant may name (CONFIG_LTO_CLANG_THIN; full LTO takes hours on 2 cores)
 REQUIRED = ("name", "description", "compiler", "opt")
 HINT = "fix the file (docs/COMPILERS.md)"
@@ -154,6 +154,9 @@ class Variant:
     bolt: bool = False  # BOLT rewrites vmlinux from recorded branch records (--branches; kpgo.kernel.bolt)
     autofdo: bool = False  # Clang, built as upstream's AutoFDO kernels are; with profile = true, from a sample profile (kpgo.afdo)
     lto: str | None = None  # Clang's LTO: "thin" or None
+    # the kernel a BOLT variant rewrites, without BOLT: built from the same patched source (inert without BOLT's make
+    # variables), since GCC's code with a profile changes with the source's path, and BOLT's profile must match it
+    bolt_base: bool = False
 
     @property
     def kind(self) -> str:
@@ -247,6 +250,8 @@ def validate(spec: Any) -> list[str]:
         problems.append("bolt = true with order = true: kpgo's BOLT and function-order patches change the same build scripts (not combined)")
     if bolt and clang:
         problems.append("bolt = true with clang: kpgo runs BOLT on GNU ld's vmlinux only (not tried with ld.lld)")
+    if spec.get("bolt_base", False) and (bolt or gcov or order or clang):
+        problems.append("bolt_base = true is for the GCC kernel a BOLT variant rewrites, built without BOLT: not with bolt, gcov, order or clang")
     flags = spec.get("flags", [])
     if bolt and profile and not clang and isinstance(flags, list) and NO_SPLIT not in flags:
         problems.append(f"bolt = true with a GCC profile: flags need {NO_SPLIT} (BOLT leaves the functions GCC splits alone on the kernel)")
@@ -290,7 +295,7 @@ def _contradictions(flags: list[str]) -> list[str]:
 def _from_spec(spec: dict[str, Any], path: Path, shipped: bool) -> Variant:
     return Variant(spec["name"], spec["description"], compiler(spec["compiler"]), spec["opt"], tuple(spec.get("flags", [])),
                    spec.get("profile", False), spec.get("gcov", False), path, shipped, spec.get("order", False),
-                   spec.get("bolt", False), spec.get("autofdo", False), spec.get("lto"))
+                   spec.get("bolt", False), spec.get("autofdo", False), spec.get("lto"), spec.get("bolt_base", False))
 
 
 def read(path: Path, shipped: bool = False) -> Variant:
