@@ -151,13 +151,13 @@ def test_records_of_a_kernel_gcc_split_are_refused_before_the_build(tmp_path: Pa
     assert "work.cold" in fns, "GCC did not split work: the test's program needs another shape for this GCC"
     work, start = fns["work"], fns["_start"]
     d = branch_profile(tmp_path / "a", split_elf, edges=[(start.address + 4, work.address, 10, 1), (work.address + 2, start.address + 9, 90, 1)])
-    assert bolt.split_functions(bolt.recording(d)) == {"functions": 1, "ran": 1, "share": 0.9, "hottest": ["work"]}
+    assert bolt.split_functions(bolt.per_function(bolt.recording(d))) == {"functions": 1, "ran": 1, "share": 0.9, "hottest": ["work"]}
     res = kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", "--dry-run")
     assert_one_line_error(res, 1, "split into hot and cold parts")
     assert "pgo-nosplit" in res.stderr and "90.0%" in res.stderr
     assert not (tmp_path / "b").exists()
     d = branch_profile(tmp_path / "c", split_elf, edges=[(start.address + 4, work.address, 10, 1)])
-    assert bolt.split_functions(bolt.recording(d))["share"] == 0
+    assert bolt.split_functions(bolt.per_function(bolt.recording(d)))["share"] == 0
     assert kpgo("build", "--base", "tiny", "--variant", "bolt", "--branches", d, "-o", tmp_path / "b", "--dry-run").returncode == 0
 
 

@@ -32,6 +32,8 @@ BOLT flips a bit of the build id: the BOLTed vmlinux, and the kernel the bzImage
 API
     recording(path) -> Recording            the branch profile, its kernel, checked (one-line errors)
     require_unsplit(recording) -> dict      refuses records whose kernel GCC split (BOLT cannot use those functions)
+    per_function(recording) -> (fns, n)     the records' taken branches per function, for the two below
+    split_functions(...) / reserve_bytes(...) the split functions that ran; the room BOLT's moved code gets
     to_fdata(recording, out) -> dict        perf2bolt's profile and what it said
     write_step(out, fdata) -> Path          the command link-vmlinux.sh runs
     report(log) -> dict                     BOLT's own figures from its output
@@ -192,14 +194,20 @@ _GCC_COLD = re.compile(r"(.+)\.cold")
 MAX_SPLIT_SHARE = 0.02
 
 
-def split_functions(r: Recording) -> dict[str, Any]:
-    """The functions of the recorded kernel GCC split into a hot part and NAME.cold that ran under the records, and
-    their share of the records' taken branches (either part)."""
+def per_function(r: Recording) -> tuple[Any, Any]:
+    """The recorded kernel's functions (kpgo.branches.Functions) and the records' taken branches in each: what
+    split_functions and reserve_bytes read (the records and the symbol table, once for both)."""
     from kpgo import branches
 
     records = branches.read_records(r.dir / branches.RECORDS_FILE, r.build_id)
     fns = branches.Functions(r.vmlinux)
-    per = branches.function_branches(records, fns)
+    return fns, branches.function_branches(records, fns)
+
+
+def split_functions(ran: tuple[Any, Any]) -> dict[str, Any]:
+    """The functions of the recorded kernel GCC split into a hot part and NAME.cold that ran under the records, and
+    their share of the records' taken branches (either part); `ran` is per_function's."""
+    fns, per = ran
     parents = {m.group(1) for n in fns.names if (m := _GCC_COLD.fullmatch(n))}
     family: dict[str, float] = {}
     for name, n in zip(fns.names, per.tolist()):
@@ -207,15 +215,15 @@ def split_functions(r: Recording) -> dict[str, Any]:
         if m or name in parents:
             key = m.group(1) if m else name
             family[key] = family.get(key, 0.0) + n
-    ran = sorted((k for k, n in family.items() if n > 0), key=lambda k: -family[k])
+    hot = sorted((k for k, n in family.items() if n > 0), key=lambda k: -family[k])
     total = float(per.sum()) or 1.0
-    return {"functions": len(parents), "ran": len(ran), "share": round(sum(family.values()) / total, 6), "hottest": ran[:5]}
+    return {"functions": len(parents), "ran": len(hot), "share": round(sum(family.values()) / total, 6), "hottest": hot[:5]}
 
 
 def require_unsplit(r: Recording) -> dict[str, Any]:
-    """split_functions(r), or a one-line UserError when BOLT would have to leave more than MAX_SPLIT_SHARE of the
+    """split_functions of r's records, or a one-line UserError when BOLT would have to leave more than MAX_SPLIT_SHARE of the
     records unused for it."""
-    split = split_functions(r)
+    split = split_functions(per_function(r))
     if split["share"] > MAX_SPLIT_SHARE:
         raise UserError(f"the branch profile {r.dir} was recorded on a kernel whose functions GCC split into hot and cold parts: "
                         f"{split['ran']:,} of them ran ({', '.join(split['hottest'][:3])}, ...), holding {split['share']:.1%} of its "
@@ -276,16 +284,12 @@ def write_preagg(r: Recording, out: Path) -> dict[str, Any]:
     return {"interrupt_edges_left_out": int((~keep).sum()), "interrupt_share_left_out": round(int(records.edges[~keep, 2].sum()) / total, 6)}
 
 
-def reserve_bytes(r: Recording) -> int:
+def reserve_bytes(ran: tuple[Any, Any]) -> int:
     """The room kept for BOLT: the size of the recorded kernel's functions that ran (their cold parts go there, and
-    never more than the whole function), rounded up to 2 MiB."""
-    from kpgo import branches
-
-    records = branches.read_records(r.dir / branches.RECORDS_FILE, r.build_id)
-    fns = branches.Functions(r.vmlinux)
-    per = branches.function_branches(records, fns)
-    ran = per.nonzero()[0]
-    size = int((fns.ends[ran] - fns.starts[ran]).sum()) if len(ran) else 0
+    never more than the whole function), rounded up to 2 MiB; `ran` is per_function's."""
+    fns, per = ran
+    hit = per.nonzero()[0]
+    size = int((fns.ends[hit] - fns.starts[hit]).sum()) if len(hit) else 0
     return max(RESERVE_MIN, -(-size // RESERVE_MIN) * RESERVE_MIN)
 
 

@@ -390,8 +390,9 @@ def _build(req: BuildRequest) -> dict:
     rec = bolt.recording(req.branches) if req.branches is not None else None
     if rec is not None:
         # perf2bolt reads the records against their own kernel (names and offsets); the step runs BOLT after the link
-        fdata_info = bolt.to_fdata(rec, out) | {"split_functions": bolt.split_functions(rec)}
-        reserve = bolt.reserve_bytes(rec)
+        ran = bolt.per_function(rec)
+        fdata_info = bolt.to_fdata(rec, out) | {"split_functions": bolt.split_functions(ran)}
+        reserve = bolt.reserve_bytes(ran)
         say(f"build {name}: BOLT profile: {fdata_info['entries_written']:,} entries from {rec.dir} (perf2bolt: "
             f"{fdata_info['mismatching_share'] or 0:.1%} of the traces mismatch the recorded kernel's code); {reserve >> 20} MiB kept for moved code")
         make_args += [f"{bolt.MAKE_VAR}={bolt.write_step(out, out / bolt.FDATA)}", f"{bolt.RESERVE_VAR}={reserve}"]
