@@ -1,6 +1,7 @@
-"""`--precision`: a bench adds whole randomized rounds until every cell's interval is narrow enough or a cap is hit, and
-a bench's plan (seed, order, rounds) is on disk before its first boot, so an interrupted bench resumes the same order
-(fake boots with a spread: tests/fake_boot.py)."""
+"""`--precision`: a bench adds randomized rounds (every cell of the workloads with a wide cell) until every cell's
+interval is narrow enough or a cap is hit, and a bench's plan (seed, order, rounds, the workloads of an added round)
+is on disk before its first boot, so an interrupted bench resumes the same order (fake boots with a spread:
+tests/fake_boot.py)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,57 @@ def test_rounds_are_added_until_every_cell_is_within_the_target(kernels: list[be
     assert p["stopped"] == "met" and p["wide"] == [] and p["metric"] == "speedup"
     rounds = p["rounds"]
     assert 2 < rounds < 12 and res["design"]["boots_per_kernel"] == rounds
-    assert len(res["samples"]) == 4 * rounds  # whole rounds: every cell once per round
+    assert len(res["samples"]) == 2 * sum(res["design"]["boots_by_workload"].values())  # each round: every cell of its workloads once
+    assert max(res["design"]["boots_by_workload"].values()) == rounds
     assert _half_width_after(res, kernels, rounds) <= 0.03 < _half_width_after(res, kernels, rounds - 1)
     assert f"every cell within it after {rounds} round(s)" in bench.format_table(res)
     assert json.loads((tmp_path / "b" / "plan.json").read_text())["rounds"] == rounds
+
+
+def test_added_rounds_hold_only_the_workloads_still_wide(kernels: list[bench.Kernel], tmp_path: Path, spread: None) -> None:
+    """A workload narrow after the first rounds gets no more boots; the other's every cell (baseline included) goes on
+    in rounds of its own, recorded in the plan before they are booted."""
+    wls = [workload("fake"), workload("quiet")]
+    res = bench.bench(kernels, wls, tmp_path / "b", design=bench.Design(seed=5, boots=2, precision=0.03, max_boots=12), guest=vm.Guest())
+    p, d = res["design"]["precision"], res["design"]
+    assert p["stopped"] == "met" and 2 < p["rounds"] == d["boots_per_kernel"]
+    assert d["boots_by_workload"] == {"fake": p["rounds"], "quiet": 2}
+    per_cell = {(k.label, w): sum(1 for s in res["samples"] if (s["kernel"], s["workload"]) == (k.label, w)) for k in kernels for w in ("fake", "quiet")}
+    assert per_cell == {("vanilla", "fake"): p["rounds"], ("optimized", "fake"): p["rounds"], ("vanilla", "quiet"): 2, ("optimized", "quiet"): 2}
+    assert all(s["workload"] == "fake" for s in res["design"]["sequence"] if s["round"] >= 2)
+    plan = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert plan["partial"] == {str(i): ["fake"] for i in range(2, p["rounds"])}
+    assert bench.plan([(k.label, w) for w in ("fake", "quiet") for k in kernels], p["rounds"], "random", 5,
+                      {int(i): w for i, w in plan["partial"].items()}) == res["design"]["sequence"]
+    assert f"2–{p['rounds']} boots per kernel and workload (fake {p['rounds']}; the others 2)" in bench.format_table(res)
+
+
+def test_a_bench_stopped_in_an_added_round_resumes_it(kernels: list[bench.Kernel], tmp_path: Path, spread: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped at the 10th boot (in the third round, one --precision added for one workload), the same bench again
+    boots what was left of the same plan: the sequence and the samples of a bench never stopped."""
+    wls = [workload("fake"), workload("quiet")]
+    design = bench.Design(seed=5, boots=2, precision=0.03, max_boots=12)
+    whole = bench.bench(kernels, wls, tmp_path / "whole", design=design, guest=vm.Guest())
+    assert whole["design"]["boots_by_workload"]["quiet"] == 2 < whole["design"]["boots_by_workload"]["fake"]
+
+    booted = []
+
+    def stopped_at_ten(*args: Any, **kw: Any) -> Any:
+        if len(booted) == 9:
+            raise KeyboardInterrupt
+        booted.append(1)
+        return fake_boot.fake_run_agent(*args, **kw)
+
+    monkeypatch.setattr(vm, "run_agent", stopped_at_ten)
+    with pytest.raises(KeyboardInterrupt):
+        bench.bench(kernels, wls, tmp_path / "b", design=design, guest=vm.Guest())
+    assert json.loads((tmp_path / "b" / "plan.json").read_text())["partial"] == {"2": ["fake"]}
+    monkeypatch.setattr(vm, "run_agent", fake_boot.fake_run_agent)
+    res = bench.bench(kernels, wls, tmp_path / "b", design=design, guest=vm.Guest())
+    assert res["design"]["sequence"] == whole["design"]["sequence"]
+    assert [(s["round"], s["kernel"], s["workload"], s["mean"]) for s in res["samples"]] == \
+        [(s["round"], s["kernel"], s["workload"], s["mean"]) for s in whole["samples"]]
 
 
 def test_the_boots_cap_stops_it_and_names_the_wide_cells(kernels: list[bench.Kernel], tmp_path: Path, spread: None) -> None:

@@ -112,12 +112,14 @@ def host_facts(accel: str) -> dict:
     return {"cpu": host.cpu_model(), "accelerator": accel, "qemu": host.qemu_version(), "host_kernel": platform.release(), "gcc": kbuild.gcc_version()}
 
 
-def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int) -> list[dict[str, Any]]:
-    """The boot sequence: `boots` rounds, each holding every cell once."""
+def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int,
+         partial: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+    """The boot sequence: `boots` rounds, each holding every cell once, except a round in `partial` (added by
+    --precision), which holds every cell of the workloads it names."""
     rng = random.Random(seed)
     seq = []
     for i in range(boots):
-        row = list(cells)
+        row = [c for c in cells if i not in (partial or {}) or c[1] in (partial or {})[i]]
         if order == "random":
             rng.shuffle(row)
         elif i % 2:
@@ -290,12 +292,28 @@ def _seed(out: Path, design: Design) -> int:
     return earlier if isinstance(earlier, int) else random.SystemRandom().randrange(1 << 31)
 
 
-def _write_plan(out: Path, seed: int, design: Design, cells: list[tuple[str, str]], block: str, rounds: int) -> None:
+def _write_plan(out: Path, seed: int, design: Design, cells: list[tuple[str, str]], block: str, rounds: int,
+                partial: dict[int, list[str]]) -> None:
     """The plan, before the boots it names: an interrupted bench resumes the same order (plan() gives round i the same
-    order whatever the number of rounds), and a bench adding rounds for --precision records each before booting it."""
+    order whatever the rounds after it), and a bench adding rounds for --precision records each before booting it,
+    with the workloads it holds."""
     atomic.write_json(out / PLAN, {"seed": seed, "order": design.order, "block": block, "rounds": rounds,
+                                   "partial": {str(i): w for i, w in sorted(partial.items())},
                                    "cells": [list(c) for c in cells], "precision": design.precision,
                                    "max_boots": design.max_boots, "max_time": design.max_time})
+
+
+def _earlier_partial(earlier: dict[str, Any], names: list[str], first: int, rounds: int) -> dict[int, list[str]]:
+    """The added rounds of an earlier plan that this bench keeps (from round `first` on, below `rounds`), each with its
+    workloads among `names`; a plan that cannot be read so gives none (its rounds are whole)."""
+    got = earlier.get("partial")
+    if not isinstance(got, dict):
+        return {}
+    out = {}
+    for i, wls in got.items():
+        if isinstance(i, str) and i.isdigit() and first <= int(i) < rounds and isinstance(wls, list):
+            out[int(i)] = [n for n in names if n in wls]
+    return out
 
 
 def _boots_of(out: Path, steps: list[dict[str, Any]], keys: dict[tuple[str, str], str], block: str) -> tuple[list[Boot], int]:
@@ -557,9 +575,11 @@ def bench(
         keys = {c: _cell_key(builds[c[0]], by_name[c[1]], design.runs, sim) for c in cells}
         block = _block_id(keys.values())
         rounds = design.boots
+        partial: dict[int, list[str]] = {}  # the rounds --precision added for some workloads only
         earlier = _earlier_plan(out)
         if design.precision is not None and earlier.get("block") == block and earlier.get("seed") == seed:
             rounds = max(rounds, min(int(earlier.get("rounds") or 0), design.max_boots))  # where the interrupted one was
+            partial = _earlier_partial(earlier, names, design.boots, rounds)
         boots: list[Boot] = []
         samples: dict[tuple[int, str, str], dict] = {}
         failures: dict[tuple[int, str, str], dict] = {}
@@ -567,8 +587,8 @@ def bench(
         t0, booted = time.monotonic(), 0
         precision: dict[str, Any] | None = None
         while True:
-            _write_plan(out, seed, design, cells, block, rounds)
-            seq = plan(cells, rounds, design.order, seed)
+            _write_plan(out, seed, design, cells, block, rounds, partial)
+            seq = plan(cells, rounds, design.order, seed, partial)
             new, other_block = _boots_of(out, seq[len(boots):], keys, block)
             if other_block:
                 say(f"bench: the kernels or workloads of the bench in {out} changed since its {other_block} earlier boots: every "
@@ -590,17 +610,24 @@ def bench(
             got = [samples[b.cell] for b in boots if b.cell in samples]
             metric = SIM_HEADLINE[0] if sim is not None else "speedup"
             wide = wide_cells(summarize(kernels, wls, cells, got, base), metric, design.precision)
+            # The next round holds every cell of the workloads with a wide cell: each workload's kernels stay
+            # compared within the same rounds, and a workload already narrow enough costs no more boots.
+            again = [n for n in names if any(c["workload"] == n for c in wide)]
+            nxt = [c for c in cells if c[1] in again]
             took = time.monotonic() - t0
-            per_round = took / booted * len(cells) if booted else 0.0
+            next_round = took / booted * len(nxt) if booted else 0.0
             stop = ("met" if not wide else "max_boots" if rounds >= design.max_boots
-                    else "max_time" if design.max_time is not None and took + per_round > design.max_time else None)
+                    else "max_time" if design.max_time is not None and took + next_round > design.max_time else None)
             if stop is not None:
                 precision = {"target": design.precision, "metric": metric, "rounds": rounds, "max_boots": design.max_boots,
                              "max_time": design.max_time, "stopped": stop, "wide": wide}
                 break
             worst = max(wide, key=lambda c: c["half_width"])
             say(f"bench: {len(wide)} cell(s) wider than ±{design.precision:.1%} on {metric} after {rounds} round(s) (widest: "
-                f"{worst['kernel']} on {worst['workload']} ±{worst['half_width']:.1%}): adding round {rounds + 1}")
+                f"{worst['kernel']} on {worst['workload']} ±{worst['half_width']:.1%}): adding round {rounds + 1} "
+                + ("of every cell" if len(nxt) == len(cells) else f"of {', '.join(again)} ({len(nxt)} of {len(cells)} cells)"))
+            if len(nxt) < len(cells):
+                partial[rounds] = again
             rounds += 1
         got = [samples[b.cell] for b in boots if b.cell in samples]  # in the plan's order
         machines, placed = runner.facts(got)
@@ -610,7 +637,9 @@ def bench(
         "schema": 3,
         "design": {
             "order": "randomized blocks (a fresh random order of all cells per round)" if design.order == "random" else "alternating A B … / … B A per round",
-            "order_name": design.order, "seed": seed, "boots_per_kernel": rounds, "runs_per_boot": design.runs,
+            "order_name": design.order, "seed": seed, "boots_per_kernel": rounds,
+            "boots_by_workload": {n: sum(1 for i in range(rounds) if i not in partial or n in partial[i]) for n in names},
+            "runs_per_boot": design.runs,
             "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq, "interval": INTERVAL_TEXT,
             "precision": precision, **placed,
         },
@@ -868,7 +897,7 @@ def format_table(results: dict) -> str:
     tcg = results.get("measurement", {}).get("accelerator") == "tcg"
     wall = "wall-clock (TCG: indicative only)" if tcg else "wall-clock"
     lines = [
-        f"{d['boots_per_kernel']} boots per kernel and workload × {d['runs_per_boot']} run(s) after a warm-up; "
+        f"{present.boots_text(d['boots_per_kernel'], d.get('boots_by_workload'))} × {d['runs_per_boot']} run(s) after a warm-up; "
         f"order: {d['order']} (seed {d['seed']}); baseline {base}; {present.interval_text(results)}",
     ]
     if d.get("precision"):

@@ -33,7 +33,8 @@ STAT = {"mean?": NUM, "sd?": NUM, "cv?": NUM, "n?": int, "ratio?": NUM, "speedup
         "ci_includes_1?": (bool, None), "ci_method?": (str, None), "workloads?": [str]}
 SAMPLE = {"kernel": str, "workload": str, "mean": float, "values?": [float], "round?": int, "cell_key?": str,
           "sim_per_op?": ({str: float}, None), "sim?": ([dict], None), "ops?": [NUM], "kernel_share?": [NUM], "host?": (dict, None)}
-DESIGN = {"order?": str, "order_name?": str, "seed?": (int, None), "boots_per_kernel?": int, "runs_per_boot?": int, "warmup_per_boot?": bool,
+DESIGN = {"order?": str, "order_name?": str, "seed?": (int, None), "boots_per_kernel?": int, "boots_by_workload?": {str: int},
+          "runs_per_boot?": int, "warmup_per_boot?": bool,
           "unit_of_replication?": str, "interval?": str, "sequence?": [{"kernel": str, "workload": str, "round?": int}]}
 RESULTS_SHAPE = {
     "schema": int, "baseline": str,
@@ -173,18 +174,20 @@ class Design:
     order: str | None = None
     order_name: str | None = None
     seed: int | None = None
-    boots_per_kernel: int | None = None
+    boots_per_kernel: int | None = None  # rounds; with --precision, of the workloads given the most
     runs_per_boot: int | None = None
     warmup_per_boot: bool | None = None
     unit_of_replication: str | None = None
     interval: str | None = None
     boots: int = 0  # the length of the recorded sequence
+    boots_by_workload: dict[str, int] = field(default_factory=dict)  # with --precision's added rounds
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Design:
         return cls(d.get("order"), d.get("order_name"), d.get("seed"), d.get("boots_per_kernel"), d.get("runs_per_boot"),
-                   d.get("warmup_per_boot"), d.get("unit_of_replication"), d.get("interval"), len(d.get("sequence") or ()), d)
+                   d.get("warmup_per_boot"), d.get("unit_of_replication"), d.get("interval"), len(d.get("sequence") or ()),
+                   dict(d.get("boots_by_workload") or {}), d)
 
 
 @dataclass(frozen=True)

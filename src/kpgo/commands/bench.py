@@ -26,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "order; or --order abba), warm up, run the workload RUNS times per boot, and print per kernel and workload the "
         "mean, sd, cv and the speedup over the first kernel with a 95% interval over boots (Welch t on the log ratio), "
         "and each kernel's geometric-mean speedup across workloads. With --sim, a QEMU plugin also counts guest "
-        "instructions and simulated L1i/iTLB misses, kernel and user, per operation. With --precision P, whole rounds "
-        "are added until every kernel's interval is within ±P (or a cap). The plan (seed, order) is written to "
+        "instructions and simulated L1i/iTLB misses, kernel and user, per operation. With --precision P, rounds of the "
+        "workloads not there yet are added until every kernel's interval is within ±P (or a cap). The plan (seed, order) is written to "
         "OUT/plan.json before the first boot. Everything goes to OUT/results.json; finished boots in OUT are reused. "
         "With --cluster, each boot is a Ray task on a node offering the kpgo_guest resource, one guest per node at a "
         "time, each round whole on one node (docs/SCALE.md).",

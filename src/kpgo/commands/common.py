@@ -91,8 +91,8 @@ def add_design_options(p: argparse.ArgumentParser) -> None:
                    help="boots per kernel and workload (default 3; a 95%% interval needs ≥ 2, below that a ratio gets its range); "
                    "with --precision, the rounds booted before any is added")
     g.add_argument("--precision", type=float, default=None, metavar="P",
-                   help="add whole randomized rounds until every kernel's interval on the headline metric (simulated kernel "
-                   "instructions/op, else the speedup) is within ±P of its ratio on every workload, e.g. 0.015 for ±1.5%%, "
+                   help="add randomized rounds (every cell of the workloads not there yet) until every kernel's interval on the "
+                   "headline metric (simulated kernel instructions/op, else the speedup) is within ±P of its ratio on every workload, e.g. 0.015 for ±1.5%%, "
                    "or until --max-boots or --max-time; the tables say which cells stopped wider (docs/EVALUATION.md)")
     g.add_argument("--max-boots", type=int, default=10, metavar="N", help="with --precision: rounds at most (default 10)")
     g.add_argument("--max-time", type=duration, default=None, metavar="DURATION",

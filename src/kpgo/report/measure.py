@@ -49,11 +49,10 @@ def under(res: Results | None, run: Run | None = None) -> str:
 
 def design_brief(res: Results) -> str:
     d = res.design
-    b = "?" if d.boots_per_kernel is None else d.boots_per_kernel
     r = "?" if d.runs_per_boot is None else d.runs_per_boot
     warm = ", warm-up discarded" if d.warmup_per_boot is not False else ""
     unit = "boot" if d.unit_of_replication is None else d.unit_of_replication
-    return f"{b} boots per kernel and workload × {r} run(s) per boot{warm}; unit of replication: {unit}"
+    return f"{present.boots_text(d.boots_per_kernel, d.boots_by_workload)} × {r} run(s) per boot{warm}; unit of replication: {unit}"
 
 
 def wall(res: Results, run: Run | None = None) -> str:

@@ -68,6 +68,21 @@ def ci(lo: Any, hi: Any, method: str | None = None) -> str:
     return f"[{float(lo):.3f}, {float(hi):.3f}]"
 
 
+def boots_count(per_kernel: int | None, by_workload: dict[str, int] | None) -> tuple[str, str]:
+    """How many boots each cell had: one number, or with --precision's rounds added for some workloads the range, and
+    beside it which workloads got more than the first rounds."""
+    ns = sorted(set((by_workload or {}).values()))
+    if per_kernel is None or len(ns) < 2:
+        return ("?" if per_kernel is None else str(per_kernel)), ""
+    more = ", ".join(f"{w} {n}" for w, n in sorted((by_workload or {}).items(), key=lambda x: (-x[1], x[0])) if n > ns[0])
+    return f"{ns[0]}–{ns[-1]}", f"{more}; the others {ns[0]}"
+
+
+def boots_text(per_kernel: int | None, by_workload: dict[str, int] | None) -> str:
+    n, more = boots_count(per_kernel, by_workload)
+    return f"{n} boots per kernel and workload" + (f" ({more})" if more else "")
+
+
 def interval_text(results: Results | Mapping[str, Any] | None) -> str:
     """How a bench's intervals were computed, as its results.json says (kpgo.stats.METHOD_TEXT since it says so)."""
     text = results.design.interval if isinstance(results, Results) else ((results or {}).get("design") or {}).get("interval")

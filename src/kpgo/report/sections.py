@@ -124,9 +124,11 @@ def header(ctx: Context) -> Section | Skipped:
         order = des.order or "–"
         if des.order_name and des.order_name not in str(order):
             order = f"{order} [{des.order_name}]"
+        boots, more = present.boots_count(des.boots_per_kernel, des.boots_by_workload)
         blocks.append(_kv_table("Design (bench/results.json)", [
             ("baseline", res.baseline), ("order", order), ("seed", des.seed),
-            ("boots per kernel and workload", des.boots_per_kernel), ("runs per boot", des.runs_per_boot),
+            ("boots per kernel and workload", None if des.boots_per_kernel is None else f"{boots} ({more})" if more else boots),
+            ("runs per boot", des.runs_per_boot),
             ("warm-up discarded", None if des.warmup_per_boot is None else "yes, every boot" if des.warmup_per_boot else "no"),
             ("unit of replication", des.unit_of_replication), ("boots in total", des.boots or None),
             ("clock", res.measurement.clock),
@@ -304,7 +306,7 @@ def headline(ctx: Context) -> Section | Skipped:
     des, meas = res.design, res.measurement
     blocks.append(f"How was it measured? {measure.accelerator(res, run)}; "
                   + (f"simulated counters are the headline here (wall-clock under TCG is indicative only, section {SPEEDUP.number})" if simulated_headline
-                     else "wall-clock throughput") + f"; {'?' if des.boots_per_kernel is None else des.boots_per_kernel} boot(s) per kernel and workload in "
+                     else "wall-clock throughput") + f"; {present.boots_text(des.boots_per_kernel, des.boots_by_workload)} in "
                   f"{des.order_name or 'random'} order, a warm-up discarded per boot, {present.interval_text(res)}; "
                   + (measure.ops_how(res) + " as the per-operation divisor." if simulated_headline else "") + " Every boot is a dot below.")
     groups = [n for n in wls if per_boot.get((n, "vanilla")) and per_boot.get((n, "app-specific"))]
@@ -316,7 +318,7 @@ def headline(ctx: Context) -> Section | Skipped:
                              figures.strips(groups, ["vanilla", "app-specific"], {k: v for k, v in per_boot.items() if v},
                                             title=f"Per-boot {metric_label}, relative to {base}'s mean", ylabel=f"relative to {base}")))
     data["measured"] = {"accelerator": meas.accelerator, "headline": "simulated" if simulated_headline else "wall-clock",
-                        "boots_per_kernel": des.boots_per_kernel, "ops_methods": meas.ops_methods}
+                        "boots_per_kernel": des.boots_per_kernel, "boots_by_workload": des.boots_by_workload, "ops_methods": meas.ops_methods}
     return Section(HEADLINE, how, blocks, data)
 
 
