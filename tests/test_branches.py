@@ -98,6 +98,39 @@ def test_call_chain_gives_exact_call_edges(probe: Path, tmp_path: Path) -> None:
     assert (fns.index(rec.ranges[:, 0]) == fns.index(rec.ranges[:, 1])).all()
 
 
+def test_calls_through_a_retpoline_are_recorded_as_the_calls_they_stand_for(probe: Path, tmp_path: Path) -> None:
+    """A kernel built with retpolines calls `__x86_indirect_thunk_*` where its source calls a pointer, and returns
+    through `__x86_return_thunk`. With the thunks' ranges (from the symbol table), each call through the thunk is one
+    call edge from the call site to the target, each return through the return thunk one ret: what a CPU needing no
+    thunk runs. Without them the call graph would name the thunk as the only callee."""
+    n = 4000
+    thunks = branches.thunk_ranges(probe)
+    assert [t[0] for t in thunks] == ["thunk", "return_thunk"]
+    rec, window = record(probe, tmp_path / "thunks.rec", "thunks", str(n), thunks=tuple(thunks))
+    fns = branches.Functions(probe)
+    src, dst = names(rec, fns, 0), names(rec, fns, 1)
+    kinds = [branches.Kind(k).name for k in rec.edges[:, 3].tolist()]
+    got: dict[tuple[str, str, str], int] = {}
+    for key in zip(src, dst, kinds, rec.edges[:, 2].tolist()):
+        got[key[:3]] = got.get(key[:3], 0) + key[3]
+    assert got == {
+        ("thunk_calls", "target_a", "CALL"): 3 * n // 4, ("thunk_calls", "target_b", "CALL"): n // 4,
+        ("target_a", "thunk_calls", "RET"): 3 * n // 4, ("target_b", "thunk_calls", "RET"): n // 4,
+        ("thunk_calls", "thunk_calls", "COND"): 3 * n // 4 + n - 1,  # to target_a's call, and the loop's back edge
+    }
+    # The calls come from the call instruction (to the thunk, in the binary) and reach the targets' entries.
+    calls = rec.edges[rec.edges[:, 3] == branches.Kind.CALL]
+    assert fns.is_entry(calls[:, 1]).all()
+    # The CPU took 4 more branches per call, inside the thunks; no range or sampled branch starts or ends there.
+    assert window["user"]["taken_branches"] == rec.branches + 4 * n
+    inside = [(lo <= rec.ranges[:, :2]) & (rec.ranges[:, :2] < hi) for _, lo, hi in thunks]
+    assert not np.any(inside)
+    assert [(e.caller, e.callee, e.calls) for e in branches.call_graph(rec, fns)] == [
+        ("thunk_calls", "target_a", 3 * n // 4), ("thunk_calls", "target_b", n // 4)]
+    plain, _ = record(probe, tmp_path / "plain.rec", "thunks", str(n))
+    assert [e.callee for e in branches.call_graph(plain, fns) if e.caller == "thunk_calls"] == ["__x86_indirect_thunk_array"]
+
+
 def test_many_edges(probe: Path, tmp_path: Path) -> None:
     """More distinct edges than the plugin's first index holds (it doubles as they come): each still exact."""
     n = 3

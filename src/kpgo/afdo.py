@@ -83,7 +83,8 @@ def base_name(symbol: str) -> str:
 HINT = "make the profile with `kpgo profile afdo BRANCH_DIR... -o DIR`"
 # profile.json of a sample profile as make() writes it (what the build and stats read of it)
 MANIFEST_SHAPE = {"kind": str, "build_id?": (str, None), "vmlinux?": str, "functions?": int, "samples?": int, "normalized?": bool,
-                  "inputs?": [{"dir": str, "workload?": (str, dict, None), "weight": (int, float), "llvm_weight?": int, "samples?": int}],
+                  "inputs?": [{"dir": str, "workload?": (str, dict, None), "weight": (int, float), "llvm_weight?": int, "samples?": int,
+                              "collected_at?": (str, None)}],
                   "tools?": {str: str}, "hot_functions?": [{"function": str, "samples": int}]}
 
 
@@ -188,7 +189,8 @@ def make(inputs: Sequence[Path], out: Path, weights: Sequence[float] | None = No
             "build_id": build_id,
             "vmlinux": str(vmlinux),
             "tools": {PROFGEN: _version(PROFGEN), PROFDATA: _version(PROFDATA)},
-            "inputs": [{"dir": str(Path(p).resolve()), "workload": m.get("workload"), "weight": w, "llvm_weight": iw, "samples": t}
+            "inputs": [{"dir": str(Path(p).resolve()), "workload": m.get("workload"), "weight": w, "llvm_weight": iw, "samples": t,
+                        "collected_at": m.get("collected_at")}
                        for p, m, w, iw, t in zip(inputs, manifests, weights, ints, totals)],
             "normalized": normalize,
             "functions": len(funcs),

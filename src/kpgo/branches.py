@@ -13,6 +13,7 @@ UserError before anything else is read, and so is a truncated file."""
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -381,6 +382,35 @@ class Functions:
         return (i < len(self.starts)) & (self.starts[np.minimum(i, len(self.starts) - 1)] == addrs)
 
 
+# Speculation-mitigation thunks a kernel branches through where its source says an indirect call or jump, or a
+# return (x86 retpolines, return thunks). The plugin records a branch through one as the branch it stands for
+# (kpgosim.c, enum thunk): the records then say what a CPU that needs no thunk runs, and an indirect call's target
+# is the function called, not the thunk. The untraining routines the entry code calls are not among them.
+INDIRECT_THUNKS = re.compile(r"__x86_indirect_(call_|jump_|its_)?thunk_array")
+RETURN_THUNKS = re.compile(r"__x86_return_thunk|its_return_thunk|call_depth_return_thunk|retbleed_return_thunk"
+                           r"|srso_(alias_)?(return_thunk|safe_ret)")
+MAX_THUNKS = 16  # the plugin's bound (kpgosim.c MAX_THUNKS)
+
+
+def thunk_ranges(elf: Path) -> list[tuple[str, int, int]]:
+    """The thunks of an ELF as the plugin takes them: (kind, start, end) with kind "thunk" or "return_thunk", those
+    of a kind that follow one another within an alignment's padding merged into one range."""
+    found = sorted((("thunk" if INDIRECT_THUNKS.fullmatch(f.name) else "return_thunk"), f.address, f.end)
+                   for f in codesize.symbols(Path(elf)).functions
+                   if f.size and (INDIRECT_THUNKS.fullmatch(f.name) or RETURN_THUNKS.fullmatch(f.name)))
+    found.sort(key=lambda t: t[1])  # by address
+    out: list[tuple[str, int, int]] = []
+    for kind, lo, hi in found:
+        if out and out[-1][0] == kind and lo <= out[-1][2] + 64:
+            out[-1] = (kind, out[-1][1], max(out[-1][2], hi))
+        else:
+            out.append((kind, lo, hi))
+    if len(out) > MAX_THUNKS:
+        raise InfraError(f"{elf} has {len(out)} separate thunk ranges; kpgo's plugin takes {MAX_THUNKS} at most",
+                         "report it: the kernel's thunk layout is new to kpgo")
+    return out
+
+
 @dataclass(frozen=True)
 class CallEdge:
     caller: str
@@ -392,7 +422,7 @@ class CallEdge:
 def call_graph(records: Records, fns: Functions) -> list[CallEdge]:
     """Caller -> callee from the recorded edges: a call instruction's edge, or a jump's edge that enters another
     function at its first address (a tail call). Both ends must be known functions; recursion (caller == callee)
-    is kept. Sorted by count, then names. A call through a retpoline thunk counts as a call of the thunk."""
+    is kept. Sorted by count, then names. A call through a retpoline thunk is a call of its target (thunk_ranges)."""
     e = records.edges
     if not len(e):
         return []

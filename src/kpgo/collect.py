@@ -190,7 +190,8 @@ def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *,
         raise UserError(f"{build_dir} has no vmlinux", "branch records are symbolized with it: build the kernel again")
     build_id = branches.build_id_of(vmlinux)
     workloads.check_kernel([workload], build_dir)
-    config = sim.BranchConfig(build_id=build_id, period=sim.BRANCH_PERIOD if period is None else period)
+    config = sim.BranchConfig(build_id=build_id, period=sim.BRANCH_PERIOD if period is None else period,
+                              thunks=tuple(branches.thunk_ranges(vmlinux)))
     atomic.check_output(out, inputs=[build_dir], what="branch profile directory", replace=replace)
     kernel = kbuild.image(build_dir)
     t0 = time.monotonic()
@@ -225,6 +226,7 @@ def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *,
             "kind": branches.PROFILE_KIND,
             "build_id": build_id,
             "guest_build_id": result.build_id,  # what the booted kernel said of itself (the agent, /sys/kernel/notes)
+            "thunks": [{"kind": k, "start": f"{lo:#x}", "end": f"{hi:#x}"} for k, lo, hi in config.thunks],
             "vmlinux": str(vmlinux),
             "kernel_release": build["kernel_release"],
             "config_name": build.get("config_name"),

@@ -392,7 +392,9 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, reco
     prof = rd / "profiles" / AFDO
     inputs = [rd / "branches" / "clang-train" / wl.name for wl in opts.workloads]
     have = afdo.read_profile(prof) if afdo.is_sample_profile(prof) else {}
-    if [(i.get("dir"), i.get("samples") is not None) for i in have.get("inputs", [])] != [(str(d.resolve()), True) for d in inputs] or \
+    stamps = [r.collected_at for r in recs]  # records taken again (at the same place) make the profile again
+    if [(i.get("dir"), i.get("samples") is not None, i.get("collected_at")) for i in have.get("inputs", [])] != \
+            [(str(d.resolve()), True, c) for d, c in zip(inputs, stamps)] or \
             have.get("build_id") != recs[0].build_id or not have.get("normalized"):
         shutil.rmtree(prof, ignore_errors=True)
         timed("profile afdo", lambda: afdo.make(inputs, prof, normalize=True))
@@ -405,7 +407,8 @@ def _clang_study(opts: RunOptions, build: Builder, timed: Any) -> dict[str, reco
 def branches_cached(out: Path, build_dir: Path, built: records.Build, wl: Workload, guest: vm.Guest) -> records.Profile:
     """OUT: the branch profile of the build under the workload, unless it is there for the same build and parameters."""
     have = records.Profile.read(out, strict=False)
-    if have.build_key == built.key and have.params == wl.params:
+    # Records from before thunks were folded hold every call through a retpoline as a call of the thunk: again.
+    if have.build_key == built.key and have.params == wl.params and have.thunks is not None:
         say(f"collect {wl.name} --branches: up to date in {out}")
         return have
     return records.Profile.of(out, collect.collect_branches(build_dir, wl, out, guest=guest, replace=True))

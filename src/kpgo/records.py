@@ -70,7 +70,8 @@ PROFILE_SHAPE = {"kind?": str, "config_name?": (str, None), "kernel_release?": (
                  "accelerator?": (str, None), "workload?": ({"client?": (str, None), "params?": dict}, str, None),
                  "fixed?": {"runs?": int}, "merged?": {"inputs?": [{"profile?": dict}]}, "gcda_read_first?": ([int], None),
                  # a gcov collection's figures (files: a count; a branch profile's: its files' sizes) and a branch profile's vmlinux
-                 "files?": (int, dict, None), "arcs_sum?": (int, None), "throughput?": NUM, "gcov_version?": (str, None), "build_id?": (str, None)}
+                 "files?": (int, dict, None), "arcs_sum?": (int, None), "throughput?": NUM, "gcov_version?": (str, None), "build_id?": (str, None),
+                 "thunks?": [{"kind": str, "start": str, "end": str}]}
 
 
 def _num(x: Any) -> float | None:
@@ -388,6 +389,9 @@ class Profile:
     read_first: list[int] | None = None
     collected: Collected = Collected()  # a gcov collection's figures (as recorded: run.json passes them on)
     build_id: str | None = None  # a branch profile's: the vmlinux its records are of
+    # a branch profile's thunks, each branch through one recorded as the branch it stands for (kpgo.branches.thunk_ranges);
+    # None: recorded before 2026-11-28, when a call through a retpoline was a call of the thunk
+    thunks: list[dict[str, str]] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -398,7 +402,7 @@ class Profile:
         files = d.get("files")  # a branch profile's is a map of its files' sizes, not a count
         collected = Collected(files if isinstance(files, int) else None, d.get("arcs_sum"), d.get("throughput"), d.get("gcov_version"))
         return cls(d.get("build_key"), d.get("collected_at"), d.get("accelerator"), wl.get("params"), wl.get("client"), d.get("fixed"),
-                   d.get("merged"), d.get("gcda_read_first"), collected, d.get("build_id"), d)
+                   d.get("merged"), d.get("gcda_read_first"), collected, d.get("build_id"), d.get("thunks"), d)
 
     @classmethod
     def of(cls, out: Path, d: dict[str, Any]) -> Profile:

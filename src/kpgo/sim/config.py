@@ -147,6 +147,7 @@ class BranchConfig:
     entries: int = 1 << 20
     stacks: int = 1 << 16
     build_id: str = ""
+    thunks: tuple[tuple[str, int, int], ...] = ()  # (thunk or return_thunk, start, end): kpgo.branches.thunk_ranges
 
     def __post_init__(self) -> None:
         problem = None
@@ -169,4 +170,5 @@ class BranchConfig:
                             "use an output directory without commas")
         args = [f"branches={out}", f"branch_side={self.side}", f"branch_period={self.period}",
                 f"branch_entries={self.entries}", f"branch_stacks={self.stacks}"]
+        args += [f"{kind}={lo:x}-{hi:x}" for kind, lo, hi in self.thunks]
         return ",".join(args + ([f"build_id={self.build_id}"] if self.build_id else []))

@@ -40,6 +40,9 @@
  *   branch_entries=N  bound of distinct edges and of distinct ranges per vCPU (each table)
  *   branch_stacks=N   bound of distinct sampled stacks per vCPU
  *   build_id=HEX      the GNU build id of the binary the addresses belong to, copied into the file
+ *   thunk=LO-HI       hex addresses [LO, HI) of retpoline thunks; return_thunk=LO-HI of return thunks
+ *                     (repeatable, 16 at most): a branch through one is recorded as the branch it
+ *                     stands for (enum thunk)
  */
 #include <glib.h>
 #include <inttypes.h>
@@ -89,7 +92,8 @@ struct seg {
     uint32_t indirect;   /* 1 if its last instruction is an indirect call or jump */
     uint32_t kind;       /* enum bkind of its last instruction (branch records) */
     uint16_t n_small;    /* page_refs of the 4 KiB iTLB, after the pages */
-    uint16_t spare;      /* 0: keeps the fields above free of padding bytes, so equal contents hash equal */
+    uint16_t thunk;      /* enum thunk of its first instruction (branch records); also keeps the fields
+                          * above free of padding bytes, so equal contents hash equal */
     uint64_t vaddr;    /* of the first instruction */
     uint64_t end;      /* fall-through: the address right after the last instruction */
     uint64_t tail;     /* address of the last instruction: a taken branch's source */
@@ -226,6 +230,27 @@ static inline uint64_t tlb_walk(struct tlb_ent *tlb, const struct page_ref *p, u
  * reads entries [0, n) after an acquire load of n, so it never sees a half-made entry. */
 #define LBR_DEPTH 32
 enum bkind { BK_NONE, BK_COND, BK_JUMP, BK_CALL, BK_RET, BK_SYSCALL, BK_SYSRET };
+/* Speculation-mitigation thunks (retpolines, return thunks; their address ranges are arguments).
+ * A kernel built with them calls `call __x86_indirect_thunk_r11` where the source says an indirect
+ * call, and the thunk reaches the target with a ret: recorded as they run, every indirect call would
+ * be a call of the thunk and its target a return's. A CPU that needs no retpoline runs `call *%r11`
+ * at the same address (the kernel patches the call site at boot), and that is what the records say:
+ * a call or jump into a thunk and the branch that leaves it are one branch, from the call site to
+ * where the thunk went, of the call's kind; a jump into a return thunk and its ret are the ret. */
+enum thunk { TH_NONE, TH_INDIRECT, TH_RETURN };
+#define MAX_THUNKS 16
+static struct { uint64_t lo, hi; uint16_t kind; } thunks[MAX_THUNKS];
+static unsigned n_thunks;
+
+static uint16_t thunk_of(uint64_t addr)
+{
+    for (unsigned i = 0; i < n_thunks; i++) {
+        if (addr >= thunks[i].lo && addr < thunks[i].hi) {
+            return thunks[i].kind;
+        }
+    }
+    return TH_NONE;
+}
 #define REC_FORMAT 1
 static const char rec_magic[8] = "KPGOBRN\0", rec_end[8] = "KPGOEND\0";
 
@@ -255,6 +280,8 @@ struct recorder {
     uint64_t until;        /* recorded branches to the next sample */
     uint64_t range_start;  /* target of the last branch into the recorded side, or NO_ADDR */
     uint64_t branches, samples;
+    uint64_t via_from;     /* the call or jump into a thunk being run, or NO_ADDR */
+    uint32_t via_kind;     /* the kind the branch out of that thunk is recorded with */
 };
 
 static bool recording;  /* rec.out given */
@@ -320,6 +347,7 @@ static struct recorder *recorder_new(struct vcpu *vc)
     table_init(&r->stacks, rec.stacks, sizeof(struct rec_stack), stack_hash);
     r->until = rec.period;
     r->range_start = NO_ADDR;
+    r->via_from = NO_ADDR;
     __atomic_store_n(&vc->rec, r, __ATOMIC_RELEASE);  /* the file writer may look now */
     return r;
 }
@@ -414,7 +442,29 @@ static __attribute__((noinline)) void record(struct vcpu *vc, const struct seg *
     }
     struct recorder *r = vc->rec ? vc->rec : recorder_new(vc);
     uint64_t from = src->tail, to = dst->vaddr;
-    pair_add(&r->edges, from, to, src->kind);
+    uint32_t kind = src->kind;
+    if (G_UNLIKELY(src->thunk | dst->thunk)) {
+        if (!src->thunk && (kind == BK_CALL || kind == BK_JUMP)) {  /* into a thunk: held until it leaves */
+            if (out && r->range_start != NO_ADDR) {
+                pair_add(&r->ranges, r->range_start, from, 0);
+            }
+            r->range_start = NO_ADDR;
+            r->via_from = from;
+            r->via_kind = dst->thunk == TH_RETURN ? BK_RET : kind;
+            return;
+        }
+        if (r->via_from != NO_ADDR) {
+            if (dst->thunk) {
+                return;  /* within the thunks */
+            }
+            if (kind == BK_RET || kind == BK_JUMP || kind == BK_CALL) {  /* out of it: one branch */
+                from = r->via_from;
+                kind = r->via_kind;
+            }
+            r->via_from = NO_ADDR;  /* else an interrupt in the thunk: recorded as it is */
+        }
+    }
+    pair_add(&r->edges, from, to, kind);
     if (out && r->range_start != NO_ADDR) {
         pair_add(&r->ranges, r->range_start, from, 0);
     }
@@ -437,6 +487,7 @@ static void reset_vcpu(struct vcpu *vc, uint32_t gen)
         /* Records add up over windows; what links branches (ring, open range) starts afresh. */
         vc->rec->depth = 0;
         vc->rec->range_start = NO_ADDR;
+        vc->rec->via_from = NO_ADDR;
     }
     vc->last = NULL;  /* a window's first block has no predecessor: no branch into it is counted */
     if (!cfg.warm) {
@@ -1039,6 +1090,7 @@ static struct seg *build_seg(struct qemu_plugin_tb *tb, size_t first, size_t las
     s->end = qemu_plugin_insn_vaddr(tail) + qemu_plugin_insn_size(tail);
     s->tail = qemu_plugin_insn_vaddr(tail);
     s->kind = branch_kind(tail);
+    s->thunk = thunk_of(s->vaddr);
     s->phantom = phantom;
     s->rep_at = rep_string(tail) ? qemu_plugin_insn_vaddr(tail) : NO_ADDR;
     /* Only a block's last instruction can be one: a segment that ends at a marker never is. */
@@ -1199,6 +1251,17 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         } else if (!strcmp(key, "branch_side")) {
             ok = !strcmp(val, "kernel") || !strcmp(val, "user");
             rec.side = strcmp(val, "user") ? KERNEL : USER;
+        } else if (!strcmp(key, "thunk") || !strcmp(key, "return_thunk")) {
+            /* START-END in hex, end excluded; repeatable */
+            char *dash = strchr(val, '-'), *e1 = NULL, *e2 = NULL;
+            ok = dash != NULL && n_thunks < MAX_THUNKS;
+            if (ok) {
+                thunks[n_thunks].lo = g_ascii_strtoull(val, &e1, 16);
+                thunks[n_thunks].hi = g_ascii_strtoull(dash + 1, &e2, 16);
+                thunks[n_thunks].kind = strcmp(key, "thunk") ? TH_RETURN : TH_INDIRECT;
+                ok = e1 == dash && *e2 == 0 && thunks[n_thunks].lo < thunks[n_thunks].hi;
+                n_thunks += ok;
+            }
         } else if (!strcmp(key, "build_id")) {
             size_t len = strlen(val);
             ok = len % 2 == 0 && len / 2 <= sizeof(rec.build_id);
