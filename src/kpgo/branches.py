@@ -395,10 +395,9 @@ MAX_THUNKS = 16  # the plugin's bound (kpgosim.c MAX_THUNKS)
 def thunk_ranges(elf: Path) -> list[tuple[str, int, int]]:
     """The thunks of an ELF as the plugin takes them: (kind, start, end) with kind "thunk" or "return_thunk", those
     of a kind that follow one another within an alignment's padding merged into one range."""
-    found = sorted((("thunk" if INDIRECT_THUNKS.fullmatch(f.name) else "return_thunk"), f.address, f.end)
-                   for f in codesize.symbols(Path(elf)).functions
-                   if f.size and (INDIRECT_THUNKS.fullmatch(f.name) or RETURN_THUNKS.fullmatch(f.name)))
-    found.sort(key=lambda t: t[1])  # by address
+    found = sorted(((("thunk" if INDIRECT_THUNKS.fullmatch(f.name) else "return_thunk"), f.address, f.end)
+                    for f in codesize.symbols(Path(elf)).functions
+                    if f.size and (INDIRECT_THUNKS.fullmatch(f.name) or RETURN_THUNKS.fullmatch(f.name))), key=lambda t: t[1])
     out: list[tuple[str, int, int]] = []
     for kind, lo, hi in found:
         if out and out[-1][0] == kind and lo <= out[-1][2] + 64:
