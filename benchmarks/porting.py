@@ -117,7 +117,7 @@ def main() -> int:
     if 4 in steps:
         for (kind, wl), out in builds.items():
             prof = ported[wl] if kind == "ported" else profiles[wl]
-            kpgo("build", "--base", "server", "--variant", "optimized", "--profile", prof, "-o", out)
+            kpgo("build", "--base", "server", "--variant", "optimized", "--profile", prof, "-o", out, *(["--stale-profile"] if kind == "old" else []))
     benches = {wl: work / f"bench-{wl}" for wl in wls}
     if 5 in steps:
         for wl in wls:

@@ -320,3 +320,22 @@ def test_builds_that_are_not_instrumented(world: World, tmp_path: Path) -> None:
     assert_one_line_error(res, 1, "--to", "not an instrumented build")
     res = kpgo("profile", "port", world.profile, "--from", tmp_path / "nope", "--to", world.new, "-o", tmp_path / "p")
     assert_one_line_error(res, 1, "--from", "does not exist")
+
+
+def test_a_stale_profile_is_taken_as_it_is_only_when_asked(tmp_path: Path) -> None:
+    """`kpgo build --stale-profile`: a profile of another kernel version goes to GCC as it is (the contrast a ported
+    profile is measured against); without it, one line naming the versions. Another config stays refused."""
+    from types import SimpleNamespace
+
+    from kpgo.errors import UserError
+
+    prof = tmp_path / "p"
+    prof.mkdir()
+    (prof / "profile.json").write_text('{"config_name": "server", "kernel_release": "6.12.111"}')
+    req = SimpleNamespace(profile=prof, source=SimpleNamespace(version="6.12.117"), config=SimpleNamespace(name="server"), stale_profile=False)
+    with pytest.raises(UserError, match="collected on kernel 6.12.111; the source is 6.12.117") as e:
+        kbuild._check_profile_origin(req)  # type: ignore[arg-type]
+    assert "--stale-profile" in (e.value.hint or "")
+    kbuild._check_profile_origin(SimpleNamespace(**{**vars(req), "stale_profile": True}))  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="collected on a server kernel; this build is tiny"):
+        kbuild._check_profile_origin(SimpleNamespace(**{**vars(req), "stale_profile": True, "config": SimpleNamespace(name="tiny")}))  # type: ignore[arg-type]

@@ -252,10 +252,13 @@ def step_spread_lines(results: dict) -> list[str]:
     return lines
 
 
-def _cell_key(build: dict, workload: contract.Workload, runs: int, sim: Any) -> str:
+def _cell_key(build: dict, workload: contract.Workload, runs: int, sim: Any, data: str = "tmpfs") -> str:
     sim_key = {**asdict(sim), "report_format": simulator.REPORT_FORMAT} if sim else None  # a new counter set measures again
     # to_json: the workload file's validated dict, which the key has hashed since the first bench
-    text = json.dumps({"kernel": build["key"], "workload": workload.to_json(), "runs": runs, "sim": sim_key}, sort_keys=True)
+    cell = {"kernel": build["key"], "workload": workload.to_json(), "runs": runs, "sim": sim_key}
+    if data != "tmpfs":  # another place for the data is another measurement; on tmpfs the key is as it always was
+        cell["data"] = data
+    text = json.dumps(cell, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -564,7 +567,7 @@ def bench(
     builds: dict[str, dict] = {}
     for k in kernels:
         builds[k.label] = kbuild.load_build(k.build_dir, "build it with `kpgo build`")
-        workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir)
+        workloads.check_kernel([w for w in wls if (k.label, w.name) in cells], k.build_dir, disk=guest.data == "disk")
     by_name = {w.name: w for w in wls}
     choice = sim if isinstance(sim, SimChoice) else SimChoice("on" if sim is not None else "off", sim)
     with _runner(cluster) as runner, contextlib.ExitStack() as held:
@@ -572,7 +575,7 @@ def bench(
         atomic.check_resumable(out, "bench directory", BENCH_MARKS, "-o")
         held.enter_context(atomic.exclusive(out, "bench directory"))  # creates it; one writer: two would boot the same cells
         seed = _seed(out, design)
-        keys = {c: _cell_key(builds[c[0]], by_name[c[1]], design.runs, sim) for c in cells}
+        keys = {c: _cell_key(builds[c[0]], by_name[c[1]], design.runs, sim, guest.data) for c in cells}
         block = _block_id(keys.values())
         rounds = design.boots
         partial: dict[int, list[str]] = {}  # the rounds --precision added for some workloads only
@@ -644,6 +647,7 @@ def bench(
             "precision": precision, **placed,
         },
         "measurement": {"accelerator": accel, "clock": "wall-clock", "sim": asdict(sim) if sim is not None else None, "sim_mode": choice.mode,
+                        "data": guest.data,  # where each workload's run directory was: tmpfs or disk (vm.Guest)
                         "headline": "simulated" if sim is not None else "wall-clock",
                         "placement": {w: next((s["placement"] for s in got if s["workload"] == w and s.get("placement")), None) for w in names},
                         "ops_methods": {w: sorted({m for s in got if s["workload"] == w for m in s.get("ops_method") or ["estimate"]}) for w in names},

@@ -21,7 +21,7 @@ from kpgo.progress import fmt_secs, say
 from kpgo.remote import Remote
 
 
-def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
+def check_build(build_dir: Path, wls: list[contract.Workload], guest: vm.Guest) -> dict:
     """build.json of an instrumented build whose config has what the workloads need; a UserError otherwise."""
     hint = "build one with `kpgo build --variant instrumented`"
     build = kbuild.load_build(build_dir, hint)
@@ -29,13 +29,13 @@ def check_build(build_dir: Path, wls: list[contract.Workload]) -> dict:
     inputs.check(build, {"build_dir": str, "config_name": (str, None), "config_hash": str, "gcc": str}, build_dir / "build.json", hint)
     if not build.get("gcov"):
         raise UserError(f"the kernel in {build_dir} is not instrumented (CONFIG_GCOV_KERNEL is off)", "build it with `kpgo build --variant instrumented`")
-    workloads.check_kernel(wls, build_dir)
+    workloads.check_kernel(wls, build_dir, disk=guest.data == "disk")
     return build
 
 
 def collect(build_dir: Path, workload: contract.Workload, out: Path, *, guest: vm.Guest, replace: bool = False) -> dict:
     build_dir = build_dir.resolve()
-    build = check_build(build_dir, [workload])
+    build = check_build(build_dir, [workload], guest)
     atomic.check_output(out, inputs=[build_dir], what="profile directory", replace=replace)  # never inside the build
     kernel = kbuild.image(build_dir)
     accel = vm.accelerator(kernel)
@@ -108,7 +108,7 @@ def on_cluster(cluster: Remote, build_dir: Path, outs: dict[str, Path], wls: lis
     beside it, as with collect(). Every check that needs no guest runs here first, before any task: a workload whose
     output cannot be written fails there, as collect() would fail it, and the others go on."""
     build_dir = build_dir.resolve()
-    build = check_build(build_dir, wls)
+    build = check_build(build_dir, wls, guest)
     todo = []
     for wl in wls:
         try:
@@ -189,7 +189,7 @@ def collect_branches(build_dir: Path, workload: contract.Workload, out: Path, *,
     if not inputs.is_regular(vmlinux):
         raise UserError(f"{build_dir} has no vmlinux", "branch records are symbolized with it: build the kernel again")
     build_id = branches.build_id_of(vmlinux)
-    workloads.check_kernel([workload], build_dir)
+    workloads.check_kernel([workload], build_dir, disk=guest.data == "disk")
     config = sim.BranchConfig(build_id=build_id, period=sim.BRANCH_PERIOD if period is None else period,
                               thunks=tuple(branches.thunk_ranges(vmlinux)))
     atomic.check_output(out, inputs=[build_dir], what="branch profile directory", replace=replace)

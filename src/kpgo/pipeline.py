@@ -104,6 +104,7 @@ class RunOptions:
             "cpus": self.guest.cpus, "memory": self.guest.memory, "guest_timeout": self.guest.timeout,
             "study": list(self.studies), "partial_training": self.partial_training,
             **({"values": True} if self.values else {}),  # only where set: earlier run.json stay as they were
+            **({"data": self.guest.data} if self.guest.data != "tmpfs" else {}),
             **({"hot_share": self.hot_share} if self.hot_share is not None else {}),
             **({"precision": d.precision, "max_boots": d.max_boots, "max_time": d.max_time} if d.precision is not None else {}),
         }
@@ -116,7 +117,7 @@ class RunOptions:
                 run_dir, r["base"], _path(r["config"]), tuple(Path(f) for f in r["fragment"]), _path(r["source"]), r["workload"],
                 tuple(r["set"]), bench.Design(int(r["boots"]), int(r["runs"]), r["order"], r["seed"], r.get("precision"),
                                                             int(r.get("max_boots", 10)), r.get("max_time")), int(r["jobs"]),
-                vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"])), r.get("client", "guest"),
+                vm.Guest(r["cpus"], r["memory"], float(r["guest_timeout"]), data=r.get("data", "tmpfs")), r.get("client", "guest"),
                 {None: "auto", True: "on", False: "off"}[r["sim"]], tuple(r["sim_opt"]), tuple(r["study"]),
                 bool(r.get("partial_training")),  # absent: written before partial training was an option, built without
                 bool(r.get("values")), r.get("hot_share"),
@@ -133,7 +134,7 @@ Wanted = tuple[str | variants.Variant, str, Path | None] | tuple[str | variants.
 # run.json's "request" as to_json writes it (optional: the keys of options added since), for from_json.
 REQUEST_SHAPE = {"source": (str, None), "base": (str, None), "config": (str, None), "fragment": [str], "jobs": int, "workload": str,
                  "set": [str], "client?": str, "boots": int, "runs": int, "order": str, "seed": (int, None), "sim": (bool, None),
-                 "sim_opt": [str], "cpus": (int, None), "memory": str, "guest_timeout": float, "study": [str], "partial_training?": bool,
+                 "sim_opt": [str], "cpus": (int, None), "memory": str, "guest_timeout": float, "data?": str, "study": [str], "partial_training?": bool,
                  "values?": bool, "hot_share?": (float, None), "precision?": (float, None), "max_boots?": int, "max_time?": (float, None)}
 
 

@@ -70,12 +70,12 @@ def sensitivity(run_dir: Path, specs: list[Workload], design: bench.Design, gues
     return bench.bench(kernels, specs, out, design=design, guest=guest, sim=sim, cluster=cluster)
 
 
-def share_dir(run_dir: Path, sets: list[str], vary: str | None, cpus: int | None) -> Path:
+def share_dir(run_dir: Path, sets: list[str], vary: str | None, cpus: int | None, data: str = "tmpfs") -> Path:
     """Where a share study goes: studies/share for the run's own workloads and guest; an experiment that changes them
-    (--set, --vary, --cpus) gets studies/share-WHAT, WHAT naming the change (share-concurrency, share-4cpus), so that no
-    bench mixes boots of two set-ups."""
+    (--set, --vary, --cpus, --data disk) gets studies/share-WHAT, WHAT naming the change (share-concurrency,
+    share-4cpus, share-disk), so that no bench mixes boots of two set-ups."""
     what = [*(s.partition("=")[0].strip().rpartition(".")[2] + "-" + s.partition("=")[2].strip() for s in sets),
-            *([vary.partition("=")[0].strip()] if vary else []), *([f"{cpus}cpus"] if cpus else [])]
+            *([vary.partition("=")[0].strip()] if vary else []), *([f"{cpus}cpus"] if cpus else []), *([data] if data != "tmpfs" else [])]
     return run_dir / "studies" / ("share-" + re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(what)) if what else "share")
 
 

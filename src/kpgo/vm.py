@@ -34,6 +34,9 @@ AGENT_STARTED = "kpgo-agent: started"  # the agent's first line on the console
 TEXT_PATCH_RACE = "Oops: int3"
 SHAREABLE = re.compile(r"[A-Za-z0-9_+ /.-]+")  # what vng's --rwdir accepts
 BRANCH_RECORDS = "branches.rec"  # in run_agent's rundir, with branch records (kpgo.branches)
+DATA_PLACES = ("tmpfs", "disk")
+DATA_DISK_BYTES = 4 << 30  # the data disk's size (sparse: the host stores what the guest writes); tmpfs has 1 GiB
+DATA_DISK = "data.img"  # beside the boot's console log, removed after the boot
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,14 @@ class Guest:
     # host. Past this the boot has hung (seen under TCG: a vCPU whose timer never fires, RCU stall reports, then
     # silence), so it is killed and booted once more instead of waiting out `timeout`.
     start_timeout: float = 300.0
+    # Where the workload's run directory (its data) lives: "tmpfs" (memory), or "disk": ext4 on a virtio disk,
+    # a sparse image on the host made for the boot, so the kernel's block layer and file system work as on a server
+    # whose data is on a disk.
+    data: str = "tmpfs"
+
+    def __post_init__(self) -> None:
+        if self.data not in DATA_PLACES:
+            raise UserError(f"--data {self.data}: the run directory is on tmpfs or disk", "use --data tmpfs or --data disk")
 
 
 def _boot_id() -> str:
@@ -88,7 +99,7 @@ def accelerator(probe_kernel: Path) -> str:
 
 def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | None = None,
              sim: simulator.SimConfig | None = None, report: Path | None = None, net: client.HostClient | None = None,
-             branches: simulator.BranchConfig | None = None, records: Path | None = None) -> list[str | Path]:
+             branches: simulator.BranchConfig | None = None, records: Path | None = None, disk: Path | None = None) -> list[str | Path]:
     """The vng command line booting `kernel` to run the shell command `cmd` (an argument list and
     nothing else: prepare_sim readies a simulated boot). With `sim`, the plugin writes its report
     to `report` and the guest runs under TCG; with `branches` too, its branch records to `records`.
@@ -100,6 +111,8 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
         argv += ["--rwdir", rwdir]
     cpus = net.placement.vcpus if net is not None else guest.cpus or 2
     argv += ["--cpus", str(cpus), "--memory", guest.memory, "--append", "panic=-1", "--verbose", "--exec", cmd]
+    if disk is not None:
+        argv += ["--disk", disk]  # the guest's only disk (virtme-ng 1.x attaches it as virtio-blk: /dev/vda)
     if net is not None:
         argv.append(f"--qemu-opts={net.qemu_opts()}")
     if sim is not None:
@@ -114,6 +127,19 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
     if accel != "kvm":
         argv.insert(1, "--disable-kvm")
     return proc.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
+
+
+def make_data_disk(path: Path) -> None:
+    """A sparse image holding an empty ext4 file system, its inode tables and journal written now: left to the
+    guest, ext4lazyinit would zero them in the background during the measured window."""
+    mkfs = shutil.which("mkfs.ext4") or next((p for p in ("/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4") if os.access(p, os.X_OK)), None)
+    if mkfs is None:
+        raise UserError("--data disk needs mkfs.ext4 on the host", "install e2fsprogs (apt install e2fsprogs)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(DATA_DISK_BYTES)
+    proc.run([mkfs, "-q", "-F", "-L", "kpgo-data", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(path)], timeout=300)
 
 
 def prepare_sim(report: Path, accel: str, records: Path | None = None) -> None:
@@ -195,6 +221,9 @@ def run_agent(kernel: Path, rundir: Path, job: contract.Job, *, guest: Guest, lo
         raise InfraError(f"the guest ended (status {res.returncode}) without a result: {tail[-300:]}{host_side}", f"console log: {log}")
     result = contract.Result.from_json(json.loads(result_file.read_text()))
     result.placement = placement.as_json()
+    if result.ok and guest.data == "disk" and not (result.rundir_fs or "").startswith("ext4 "):
+        raise InfraError(f"--data disk: the guest's run directory was on {result.rundir_fs or 'an unknown file system'}, not the data disk's ext4",
+                         f"console log: {log}")
     beside = vmlinux_beside(kernel)
     if beside is not None and result.build_id and result.build_id != (want_id := elf.build_id_of(beside)):
         # every figure belongs to the build it is filed under: the guest names the kernel it ran (/sys/kernel/notes)
@@ -235,8 +264,9 @@ def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: G
                branches: simulator.BranchConfig | None = None) -> proc.Result:
     """run_agent's boot: the job written, the guest booted (twice if its kernel panicked or hung early)."""
     records = rundir / BRANCH_RECORDS if branches is not None else None
+    disk = log.parent / DATA_DISK if guest.data == "disk" else None
     argv = vng_argv(kernel, cmd, guest=guest, accel=accel, rwdir=rundir, sim=sim, report=report, net=net,
-                    branches=branches, records=records)  # checks the kernel first
+                    branches=branches, records=records, disk=disk)  # checks the kernel first
     if sim is not None:
         prepare_sim(report, accel, records)
     rundir.mkdir(parents=True, exist_ok=True)
@@ -248,17 +278,21 @@ def _run_agent(kernel: Path, rundir: Path, job: contract.Job, cmd: str, guest: G
         shutil.rmtree(net.workdir, ignore_errors=True)
         net.prepare()
         job = replace(job, client=net.job())
-    atomic.write_json(rundir / "job.json", replace(job, tools_dir=str(tools_dir())).to_json())
+    atomic.write_json(rundir / "job.json", replace(job, tools_dir=str(tools_dir()), data=guest.data).to_json())
     result_file = rundir / "result.json"
     for attempt in (1, 2):
         if net is not None:
             net.start()
         try:
+            if disk is not None:
+                make_data_disk(disk)  # a fresh one for each boot
             res = proc.run(argv, log=log, timeout=guest.timeout, check=False, keep_output=True, on_line=net.on_console if net else None,
                            expect=(AGENT_STARTED, guest.start_timeout))
         finally:
             if net is not None:
                 net.stop()
+            if disk is not None:
+                disk.unlink(missing_ok=True)
         # Under TCG with 2 vCPUs the kernel's int3-based live text patching (static keys flipped
         # during boot) now and then races the other vCPU: "Oops: int3" and a panic before the
         # agent starts. That is an emulator flake, not the workload: boot once more, and say so.

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the variant to build (default vanilla, or the one --variant-file defines when it is given once)")
     add_variant_file_option(p)
     p.add_argument("--profile", type=Path, metavar="DIR", help="profile directory for a variant that takes one (after `kpgo profile fix`)")
+    p.add_argument("--stale-profile", action="store_true",
+                   help="use a --profile collected on another kernel version as it is: GCC drops the functions whose code changed "
+                   "(what `kpgo profile port` is compared with; docs/PROFILES.md)")
     p.add_argument("--call-graph", type=Path, metavar="DIR",
                    help="for a variant that orders functions (order, pgo-order): the branch profile of `kpgo collect BUILD_DIR --branches` "
                    "(or its callgraph.tsv) whose call graph C3 orders; best recorded on the kernel being reordered (docs/LAYOUT.md)")
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     src = source.resolve(args.source)
     out = args.out or Path("builds") / f"{spec.name}-{variant.name}"
     req = kbuild.BuildRequest(src, spec, variant, out, args.profile, args.jobs, kcflags, args.values, args.call_graph,
-                              args.branches)
+                              args.branches, args.stale_profile)
     if args.dry_run:
         print("\n".join(kbuild.dry_run(req)))
         return 0

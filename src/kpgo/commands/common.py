@@ -28,6 +28,9 @@ def add_guest_options(p: argparse.ArgumentParser) -> None:
                    help="guest vCPUs (default: with a host client, one per host core but the client's, QEMU pinned to them; otherwise 2)")
     g.add_argument("--memory", default="2G", help="guest memory (default 2G)")
     g.add_argument("--guest-timeout", type=float, default=900, metavar="SECONDS", help="hard limit per guest boot (default 900)")
+    g.add_argument("--data", choices=("tmpfs", "disk"), default="tmpfs",
+                   help="where each workload's data lives in the guest: tmpfs (default), or disk: ext4 on a virtio disk (a sparse "
+                   "image made on the host for each boot; needs mkfs.ext4 and a kernel with VIRTIO_BLK and EXT4_FS)")
 
 
 def add_cluster_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -82,7 +85,7 @@ def guest_from(args: argparse.Namespace):  # -> vm.Guest
     from kpgo import vm
 
     # --cpus and --guest-timeout are checked with the other shared options before any command starts (cli.CHECKED_OPTIONS).
-    return vm.Guest(cpus=args.cpus, memory=args.memory, timeout=args.guest_timeout)
+    return vm.Guest(cpus=args.cpus, memory=args.memory, timeout=args.guest_timeout, data=args.data)
 
 
 def add_design_options(p: argparse.ArgumentParser) -> None:

@@ -142,7 +142,7 @@ def share(args: argparse.Namespace) -> int:
         specs = study.vary(names[0], key, vals, args.set)
     else:
         specs = workloads.load_many(",".join(names), args.set)
-    out = study.share_dir(args.run_dir, args.set, args.vary, args.cpus)
+    out = study.share_dir(args.run_dir, args.set, args.vary, args.cpus, args.data)
     res = study.share(args.run_dir, specs, out, design_from(args), guest_from(args), sim_from(args), cluster_from(args))
     print(study.format_share(bench.kernel_share(res)), flush=True)
     bench.raise_if_failed(res, out)

@@ -70,12 +70,35 @@ def expand(step, params):
     return [(f"{step.name}-{v}", dict(params, each=v)) for v in values]
 
 
-def mount_tmpfs():
+def mount_rundir(data):
+    """The run directory: its own tmpfs, so the workload's data never touches 9p, or with data "disk" the ext4 file
+    system the host made on the guest's only disk (the root is the host's, over 9p: no other disk is attached)."""
     base = tempfile.mkdtemp(prefix="kpgo-")
-    # Own tmpfs, so the workload's data never touches 9p.
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g", "kpgo", base], check=False)
+    if data == "disk":
+        disks = sorted(os.listdir("/sys/block"))
+        disks = [d for d in disks if d.startswith(("vd", "sd"))]
+        if len(disks) != 1:
+            raise RuntimeError(f"the guest has {len(disks)} disks ({', '.join(disks) or 'none'}), not the one data disk")
+        r = subprocess.run(["mount", "-t", "ext4", "-o", "noatime", "/dev/" + disks[0], base], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"cannot mount the data disk /dev/{disks[0]}: {(r.stderr or r.stdout).strip()}")
+    else:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g", "kpgo", base], check=False)
     os.chmod(base, 0o755)
     return base
+
+
+def mounted_fs(path):
+    """The file system type and source of the mount at `path` ("ext4 /dev/vda"), from /proc/mounts."""
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                source, target, fstype = line.split()[:3]
+                if target == path:
+                    return f"{fstype} {source}"
+    except OSError:
+        pass
+    return None
 
 
 def private_home(base):
@@ -517,7 +540,8 @@ def main(job_path):
         wl = job.workload
         result.mitigations = mitigations()
         result.build_id = kernel_build_id()
-        rundir = mount_tmpfs()
+        rundir = mount_rundir(job.data)
+        result.rundir_fs = mounted_fs(rundir)
         result.env = private_home(rundir)
         host_client = job.client is not None and job.client.where == "host"
         # {listen}: the servers' bind address; a host client arrives through the NIC, not loopback.

@@ -171,6 +171,7 @@ class Job:
     sim_boot: bool = False  # the plugin's first window is open from power-on: the agent closes it at once
     client: Client | None = None  # the load generator runs on the host
     tools_dir: str = ""  # kpgo's helper programs (kpgo-window, leveldb-bench)
+    data: str = "tmpfs"  # the run directory: on a tmpfs, or ("disk") on the ext4 file system of the guest's one disk
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "workload": self.workload.to_json(), "runs": self.runs}
@@ -181,6 +182,8 @@ class Job:
         if self.client is not None:
             out["client"] = asdict(self.client)
         out["tools_dir"] = self.tools_dir
+        if self.data != "tmpfs":  # a job on tmpfs reads as it always has
+            out["data"] = self.data
         return out
 
     @classmethod
@@ -233,6 +236,7 @@ class Result:
     gcov_values: dict[str, int] | None = None  # collect on a value-profiled kernel: its top-N node pool (debugfs gcov_values)
     mitigations: dict[str, str] | None = None  # the guest kernel's Spectre/Meltdown/... state (sysfs cpu/vulnerabilities)
     build_id: str | None = None  # the running kernel's GNU build id (/sys/kernel/notes): which vmlinux booted
+    rundir_fs: str | None = None  # the run directory's file system and source as /proc/mounts has it ("ext4 /dev/vda")
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -98,6 +98,9 @@ class BuildRequest:
     values: bool = False  # a gcov kernel that records value profiles too (kpgo.kernel.values)
     call_graph: Path | None = None  # a variant with order = true: the branch profile whose call graph orders the functions
     branches: Path | None = None  # a variant with bolt = true: the branch profile BOLT optimizes vmlinux with
+    # a profile collected on another kernel version, used as it is (GCC drops the functions whose code changed): the
+    # contrast `kpgo profile port` is measured against; refused without it
+    stale_profile: bool = False
 
     @property
     def fragments(self) -> tuple[str, ...]:
@@ -515,9 +518,10 @@ def _check_profile_origin(req: BuildRequest) -> None:
         if name and name != req.config.name:
             raise UserError(f"profile {req.profile} was collected on a {name} kernel; this build is {req.config.name}",
                             f"build with the config it was collected on (--base {name} or --config FILE), or collect a profile on this one")
-        if release and not (release == version or (release.startswith(version) and not release[len(version)].isdigit())):
+        if release and not req.stale_profile and not (release == version or (release.startswith(version) and not release[len(version)].isdigit())):
             raise UserError(f"profile {req.profile} was collected on kernel {release}; the source is {version}",
-                            "build from the source it was collected on (--source), or collect a profile from this one")
+                            "build from the source it was collected on (--source), port it (`kpgo profile port`), collect a profile "
+                            "from this one, or use it as it is with --stale-profile")
 
 
 # The object summary of an all-zero .gcda as installed: GCC's code for an object that never ran does not depend

@@ -159,14 +159,23 @@ def validate(spec: dict[str, Any]) -> list[str]:
 GUEST_BUILTIN = ("NET_9P", "NET_9P_VIRTIO", "9P_FS", "VIRTIO_PCI")
 
 
-def check_kernel(specs: list[Workload], build_dir: Path) -> None:
-    """The guest's own needs (GUEST_BUILTIN), and the kernel options workloads name they cannot run without
-    (kernel_config = ["SYSVIPC"]): a build lacking one fails here, before a boot, instead of deep inside the guest."""
+DISK_BUILTIN = ("VIRTIO_BLK", "EXT4_FS")  # the guest's data disk (--data disk: vng --disk attaches it as virtio-blk), built in
+
+
+def check_kernel(specs: list[Workload], build_dir: Path, disk: bool = False) -> None:
+    """The guest's own needs (GUEST_BUILTIN; with the data on a disk, DISK_BUILTIN), and the kernel options workloads
+    name they cannot run without (kernel_config = ["SYSVIPC"]): a build lacking one fails here, before a boot, instead
+    of deep inside the guest."""
     try:
         config = (build_dir / ".config").read_text()
     except OSError:
         return  # not a kpgo build; the caller's own check reports that
     options = kconfig.parse(config)
+    lacking = [o for o in DISK_BUILTIN if disk and options.get(f"CONFIG_{o}") != "y"]
+    if lacking:
+        opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
+        raise UserError(f"--data disk: the kernel in {build_dir} needs {opts} to mount its data disk",
+                        f"build it with --fragment FILE holding {opts} (one per line), or measure with --data tmpfs")
     lacking = [o for o in GUEST_BUILTIN if options.get(f"CONFIG_{o}") != "y"]
     if lacking:
         opts = " ".join(f"CONFIG_{o}=y" for o in lacking)
