@@ -62,3 +62,12 @@ def test_the_image_is_a_sparse_ext4_file_system_made_whole(tmp_path: Path) -> No
     # inode tables written on the host, so the guest's ext4lazyinit has nothing to do in a measured window
     groups = subprocess.run(["/usr/sbin/dumpe2fs", str(img)], capture_output=True, text=True, check=True).stdout
     assert "ITABLE_ZEROED" in groups and "ITABLE_ZEROED" in groups.split("Group 1:")[1]
+
+
+def test_a_host_without_mkfs_is_told_before_any_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vm.shutil, "which", lambda name: None)
+    monkeypatch.setattr(vm.os, "access", lambda path, mode: False)
+    with pytest.raises(UserError, match="--data disk needs mkfs.ext4 on the host") as e:
+        vm.Guest(data="disk")
+    assert "e2fsprogs" in (e.value.hint or "")
+    vm.Guest()  # tmpfs needs none

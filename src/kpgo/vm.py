@@ -56,6 +56,8 @@ class Guest:
     def __post_init__(self) -> None:
         if self.data not in DATA_PLACES:
             raise UserError(f"--data {self.data}: the run directory is on tmpfs or disk", "use --data tmpfs or --data disk")
+        if self.data == "disk":
+            mkfs_ext4()  # before any boot: every boot makes its disk with it
 
 
 def _boot_id() -> str:
@@ -129,12 +131,17 @@ def vng_argv(kernel: Path, cmd: str, *, guest: Guest, accel: str, rwdir: Path | 
     return proc.pinned(argv, net.placement.qemu_cpus) if net is not None else argv
 
 
-def make_data_disk(path: Path) -> None:
-    """A sparse image holding an empty ext4 file system, its inode tables and journal written now: left to the
-    guest, ext4lazyinit would zero them in the background during the measured window."""
+def mkfs_ext4() -> str:
     mkfs = shutil.which("mkfs.ext4") or next((p for p in ("/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4") if os.access(p, os.X_OK)), None)
     if mkfs is None:
         raise UserError("--data disk needs mkfs.ext4 on the host", "install e2fsprogs (apt install e2fsprogs)")
+    return mkfs
+
+
+def make_data_disk(path: Path) -> None:
+    """A sparse image holding an empty ext4 file system, its inode tables and journal written now: left to the
+    guest, ext4lazyinit would zero them in the background during the measured window."""
+    mkfs = mkfs_ext4()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     with open(path, "wb") as f:
