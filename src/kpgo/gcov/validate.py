@@ -7,7 +7,9 @@ For each .gcda, the .gcno at the same relative path in the build directory must 
 functions (ident, line checksum, CFG checksum) and, per function, as many arc counters as it has arcs off the
 spanning tree. Status: matched; stale (the .gcno exists but disagrees: the profile is from another build or the
 build changed); missing (no .gcno: the object is not in this build, or it was built without instrumentation).
-GCC itself ignores (with a "coverage mismatch" warning) the functions of a stale file and all of a missing one.
+Stricter than GCC: -fprofile-use never compares the stamp (coverage.cc's read_counts_file folds it into a generation
+count); it looks each function up by ident and checks its checksums and counter count, so it still reads the
+unchanged functions of a stale file and drops, with a "coverage mismatch" warning, those that changed.
 The .gcno says nothing of value counters; "values" counts them by kind (as `kpgo profile stats` does), with how many
 sites (or counters) lie in matched files, the ones GCC will read.
 """
