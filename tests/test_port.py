@@ -339,3 +339,27 @@ def test_a_stale_profile_is_taken_as_it_is_only_when_asked(tmp_path: Path) -> No
     kbuild._check_profile_origin(SimpleNamespace(**{**vars(req), "stale_profile": True}))  # type: ignore[arg-type]
     with pytest.raises(UserError, match="collected on a server kernel; this build is tiny"):
         kbuild._check_profile_origin(SimpleNamespace(**{**vars(req), "stale_profile": True, "config": SimpleNamespace(name="tiny")}))  # type: ignore[arg-type]
+
+
+def test_what_gcc_reads_of_an_old_profile_is_what_gcc_says(world: World, tmp_path: Path) -> None:
+    """`kpgo profile check`'s function-by-function view of a profile on a changed source (validate.gcc_reads) against
+    GCC itself: the new lib.c compiled with -fprofile-use of the old build's lib.gcda warns of exactly the functions
+    said dropped (control flow differs) and moved (source locations changed), by name."""
+    from kpgo.gcov.validate import check_profile, gcc_reads
+
+    (tmp_path / "lib").mkdir()
+    shutil.copy(world.new / "lib" / "lib.c", tmp_path / "lib" / "lib.c")
+    shutil.copy(world.profile / "lib" / "lib.gcda", tmp_path / "lib" / "lib.gcda")
+    res = subprocess.run(["gcc", "-O2", "-fprofile-use", "-Wcoverage-mismatch", "-Wno-error=coverage-mismatch", "-c", "lib/lib.c", "-o", "lib/lib.o"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    # GCC's two words for a function whose counts it drops, and the one for counts it reads despite moved lines
+    said = {m.group(2): "dropped" if "source" not in m.group(1) else "moved" for m in re.finditer(
+        r"(control flow of function|number of counters in profile data for function|source locations for function) .(\w+). ", res.stderr)}
+    notes = read_gcno(world.new / "lib" / "lib.gcno")
+    got = gcc_reads(read_gcda(world.profile / "lib" / "lib.gcda"), notes)
+    assert said == {"changed": "dropped", "moved": "moved", "scale": "moved"}  # CHANGED_NEW's extra branch; three blank lines
+    assert (got["dropped"][0], got["moved"][0]) == (1, 2) and got["read"][0] >= 1  # unchanged
+    assert got["dropped"][1] > 0 and got["moved"][1] > 0  # with their arc counts
+    # the ported profile: every function read as it is, nothing for GCC to warn about
+    ported = check_profile(world.ported, world.new)["gcc"]
+    assert ported["dropped"]["functions"] == ported["moved"]["functions"] == ported["absent"]["functions"] == 0 < ported["read"]["functions"]

@@ -403,6 +403,10 @@ def run_check(args: argparse.Namespace) -> int:
         t = res["total"]
         print(f"{t['matched']} matched, {t['stale']} stale, {t['missing']} missing "
               f"(of {t['files']} .gcda; {res['gcno_without_gcda']} .gcno without .gcda)")
+        g = res["gcc"]
+        weight = sum(v["arcs_sum"] for v in g.values()) or 1
+        print("GCC, function by function: " + ", ".join(
+            f"{s} {v['functions']:,} ({v['arcs_sum'] / weight:.1%} of the arc counts)" for s, v in g.items()))
         bad = {d: c for d, c in res["directories"].items() if c["stale"] or c["missing"]}
         for d, c in sorted(bad.items()):
             print(f"  {d or '.'}: {c['matched']} matched, {c['stale']} stale, {c['missing']} missing")

@@ -71,6 +71,30 @@ def compare_to_gcno(g: Gcda, notes: Gcno) -> str | None:
     return None
 
 
+GCC_READS = ("read", "moved", "dropped", "absent")
+
+
+def gcc_reads(g: Gcda, notes: Gcno) -> dict[str, list[int]]:
+    """What GCC's -fprofile-use does with each function of g when it compiles the source `notes` was made from, as
+    coverage.cc decides it (each function looked up by ident; the stamp is never compared): "read" (checksums and arc
+    counter count agree), "moved" (read, only its line checksum differs: a "source locations ... have changed"
+    warning), "dropped" (CFG checksum or counter count differs: a coverage-mismatch warning, its counts unused),
+    "absent" (no function of that ident: never looked up). Per status: [functions, sum of their arc counters]."""
+    by_ident = {f.ident: f for f in notes.functions}
+    out = {s: [0, 0] for s in GCC_READS}
+    for fr in g.functions():
+        if fr.ident is None:
+            continue
+        arcs = fr.counters.get(ARCS)
+        n, weight = (0, 0) if arcs is None else (len(arcs), int(arcs.sum()))
+        f = by_ident.get(fr.ident)
+        status = ("absent" if f is None else "dropped" if f.cfg_checksum != fr.cfg_checksum or f.n_counters != n
+                  else "moved" if f.lineno_checksum != fr.lineno_checksum else "read")
+        out[status][0] += 1
+        out[status][1] += weight
+    return out
+
+
 def has_gcno(build: Path) -> bool:
     """Whether any .gcno is under build (the walk stops at the first)."""
     for _root, _dirs, files in os.walk(build):
@@ -81,7 +105,7 @@ def has_gcno(build: Path) -> bool:
 
 def check_profile(src: Path, build: Path) -> dict[str, Any]:
     """Returns {"total": {files, matched, stale, missing}, "directories": {dir: counts}, "problems": [...],
-    "gcno_without_gcda": n}."""
+    "gcno_without_gcda": n, "gcc": {read|moved|dropped|absent: {functions, arcs_sum}}}."""
     src, build = Path(src), Path(build)
     if not build.is_dir():
         raise UserError(f"build directory {build} does not exist", "give the instrumented kernel's build directory")
@@ -94,6 +118,7 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     problems: list[dict[str, str]] = []
     total = {"files": 0, "matched": 0, "stale": 0, "missing": 0}
     seen: set[str] = set()
+    gcc = {s: [0, 0] for s in GCC_READS}  # what -fprofile-use of this profile on the build's source does per function
     values: dict[str, dict[str, int]] = {}
     matched_values: dict[str, dict[str, int]] = {}
     for rel in rels:
@@ -108,7 +133,11 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
             status, reason = "missing", "no .gcno in the build directory"
         else:
             try:
-                why = compare_to_gcno(g, parse_gcno(data, note_path))
+                notes = parse_gcno(data, note_path)
+                why = compare_to_gcno(g, notes)
+                for s, (n, w) in gcc_reads(g, notes).items():
+                    gcc[s][0] += n
+                    gcc[s][1] += w
             except GcovFormatError as e:
                 why = f"unreadable .gcno ({e.problem})"
             if why:
@@ -136,9 +165,12 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
         "problems": problems,
         "gcno_without_gcda": extra,
         "all_matched": total["matched"] == total["files"],
+        # function by function, as GCC reads the profile when it compiles this build's source (gcc_reads; the
+        # functions of missing files are not counted): {status: {"functions", "arcs_sum"}}
+        "gcc": {s: {"functions": n, "arcs_sum": w} for s, (n, w) in gcc.items()},
         "values": {kind: {**v, "in_matched_files": matched_values.get(kind, {}).get("sites" if "sites" in v else "counters", 0)}
                    for kind, v in sorted(values.items())},
     }
 
 
-__all__ = ["check_profile", "compare_to_gcno", "function_signature", "has_gcno"]
+__all__ = ["check_profile", "compare_to_gcno", "function_signature", "gcc_reads", "has_gcno"]
