@@ -117,9 +117,10 @@ def plan(cells: list[tuple[str, str]], boots: int, order: str, seed: int,
     """The boot sequence: `boots` rounds, each holding every cell once, except a round in `partial` (added by
     --precision), which holds every cell of the workloads it names."""
     rng = random.Random(seed)
+    partial = partial or {}
     seq = []
     for i in range(boots):
-        row = [c for c in cells if i not in (partial or {}) or c[1] in (partial or {})[i]]
+        row = [c for c in cells if i not in partial or c[1] in partial[i]]
         if order == "random":
             rng.shuffle(row)
         elif i % 2:
@@ -641,7 +642,7 @@ def bench(
         "design": {
             "order": "randomized blocks (a fresh random order of all cells per round)" if design.order == "random" else "alternating A B … / … B A per round",
             "order_name": design.order, "seed": seed, "boots_per_kernel": rounds,
-            "boots_by_workload": {n: sum(1 for i in range(rounds) if i not in partial or n in partial[i]) for n in names},
+            "boots_by_workload": {n: len({s["round"] for s in seq if s["workload"] == n}) for n in names},  # as planned
             "runs_per_boot": design.runs,
             "warmup_per_boot": True, "unit_of_replication": "boot", "sequence": seq, "interval": INTERVAL_TEXT,
             "precision": precision, **placed,
