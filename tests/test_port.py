@@ -1,5 +1,5 @@
 """`kpgo profile port` on real GCC output: a small program built instrumented from two versions of its source,
-(1) a function whose lines only moved (blank lines above it; a static one too, whose id changes with its line),
+(1) a function whose lines only moved (blank lines above it; a static one too, read all the same: its id hashes its file's path, not its line),
 (2) a function whose control flow changed (an `if` added), (3) a function removed and one added, an object only in
 the old build and one only in the new, (4) an unchanged function. The old build's profile is ported and held to a
 fresh profile of the new build from the same workload, and to GCC itself (-fprofile-use -Wcoverage-mismatch, and
@@ -270,7 +270,7 @@ def use_profile(sources: dict[str, str], profile: Path, out: Path) -> dict[str, 
     for rel, text in sources.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
-    kbuild._install_profile(profile, out)
+    kbuild._install_profile(profile, out, None)
     flags = [f for f in kbuild.PROFILE_USE_FLAGS if f != "-Wno-coverage-mismatch"] + ["-Wcoverage-mismatch"]
     warned = {}
     for rel in sources:

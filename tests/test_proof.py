@@ -15,7 +15,7 @@ from kpgo.kernel import kbuild, proof
 def optimized_build(src_root: Path, profile: Path, out: Path) -> None:
     """Compile the fixture's objects like Kbuild does: from the build dir, -o dir/x.o, .gcda beside it."""
     shutil.copytree(src_root, out, ignore=shutil.ignore_patterns("*.o", "*.gcda", "*.gcno", "prog"))
-    kbuild._install_profile(profile, out)
+    kbuild._install_profile(profile, out, None)
     for obj in OBJECTS:
         subprocess.run(["gcc", "-O1", *kbuild.PROFILE_USE_FLAGS, "-c", obj[:-2] + ".c", "-o", obj], cwd=out, check=True)
 

@@ -100,7 +100,7 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
         prof = profile_dir(tmp_path / f"profile-{name}", run, sum_max)
         out = tmp_path / f"optimized-{name}"
         out.mkdir()
-        assert kbuild._install_profile(prof, out) == (2, 1)
+        assert kbuild._install_profile(prof, out, None) == (2, 1, 0)
         assert (out / "cold.kpgo-zero").exists() and not (out / "hot.kpgo-zero").exists()
         for obj in ("hot", "cold"):
             compile_in(out, src, obj, cc=cc, extra=["-fdump-ipa-profile", *pt], env=env)
@@ -120,7 +120,7 @@ def test_zero_objects_come_from_ccache_byte_identical(profiled: tuple[Path, Path
     assert sha(compile_in(other, src, "cold", cc=["gcc"], extra=flipped)) != sha(builds["nginx"] / "cold.o")
     # The two kinds never share a cache entry: the same object the other way through the wrapper is a miss, and right.
     again = tmp_path / "again"
-    kbuild._install_profile(profile_dir(tmp_path / "profile-again", run, 31337), again)
+    kbuild._install_profile(profile_dir(tmp_path / "profile-again", run, 31337), again, None)
     assert sha(compile_in(again, src, "cold", cc=cc, extra=["-fdump-ipa-profile", *flipped], env=env)) == sha(other / "cold.o")
     assert ccache_counts(env)["cache_miss"] == 2
     # The proof's evidence: objects with a non-zero profile are compiled with their dump, every time.

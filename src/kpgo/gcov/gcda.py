@@ -619,6 +619,17 @@ class Gcda:
         payload = self.payload[_ranges(self.offsets[keep], sizes)]
         return self._copy(tags=self.tags[keep], lengths=self.lengths[keep], offsets=offsets, payload=payload)
 
+    def with_function_ids(self, ids: dict[int, tuple[int, int]]) -> Gcda:
+        """Copy whose function records say (ident, line checksum) = ids[old ident]; functions not in ids and their
+        CFG checksums and counters stay as they are (kpgo.gcov.ident.rekey)."""
+        payload = self.payload.copy()
+        for i in np.flatnonzero(self.tags == TAG_FUNCTION).tolist():
+            a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+            new = ids.get(int(payload[a])) if b - a >= 3 else None
+            if new is not None:
+                payload[a], payload[a + 1] = new
+        return self._copy(payload=payload)
+
     def with_summary(self, runs: int, sum_max: int) -> Gcda:
         """Copy whose only object summary is summary_record(runs, sum_max), first after the header as libgcov
         writes it."""

@@ -112,6 +112,15 @@ def read_profile_json(src: Path, strict: bool = True) -> dict[str, Any]:
     return {} if data is None else data
 
 
+def origins(record: dict) -> list[dict]:
+    """The collections a profile.json describes: itself, or for a merged profile each input's."""
+    if "config_name" in record or "kernel_release" in record:
+        return [record]
+    merged = record.get("merged")
+    ins = merged.get("inputs") if isinstance(merged, dict) else None
+    return [o for i in ins or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in origins(i["profile"])]
+
+
 def _versions_text(versions: set[int]) -> str:
     """Version words as text, sorted, comma-separated."""
     return ",".join(sorted(version_text(v) for v in versions))

@@ -23,9 +23,11 @@ from typing import Any
 
 from kpgo import inputs
 from kpgo.errors import UserError
+from kpgo.gcov import ident
 from kpgo.gcov.gcda import ARCS, DAMAGED_GCNO_HINT, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
 from kpgo.gcov.gcno import Gcno, parse_gcno
 from kpgo.gcov.profile import gcda_list, read_profile_file, value_counters_of
+from kpgo.records import BUILD_SHAPE
 
 
 def function_signature(g: Gcda) -> list[tuple[int, int, int, int]]:
@@ -58,16 +60,16 @@ def compare_to_gcno(g: Gcda, notes: Gcno) -> str | None:
     if g.version != notes.version:
         return f"gcov version {g.version_text} differs from the .gcno's {notes.version_text}"
     by_ident = {f.ident: f for f in notes.functions}
-    for ident, lcs, ccs, n in function_signature(g):
-        f = by_ident.get(ident)
+    for fid, lcs, ccs, n in function_signature(g):
+        f = by_ident.get(fid)
         if f is None:
-            return f"function id {ident} is not in the .gcno"
+            return f"function id {fid} is not in the .gcno"
         if f.lineno_checksum != lcs:
-            return f"function {f.name or ident}: line checksum differs"
+            return f"function {f.name or fid}: line checksum differs"
         if f.cfg_checksum != ccs:
-            return f"function {f.name or ident}: CFG checksum differs"
+            return f"function {f.name or fid}: CFG checksum differs"
         if f.n_counters != n:
-            return f"function {f.name or ident}: {n} arc counters, the .gcno has {f.n_counters}"
+            return f"function {f.name or fid}: {n} arc counters, the .gcno has {f.n_counters}"
     return None
 
 
@@ -79,7 +81,8 @@ def gcc_reads(g: Gcda, notes: Gcno) -> dict[str, list[int]]:
     coverage.cc decides it (each function looked up by ident; the stamp is never compared): "read" (checksums and arc
     counter count agree), "moved" (read, only its line checksum differs: a "source locations ... have changed"
     warning), "dropped" (CFG checksum or counter count differs: a coverage-mismatch warning, its counts unused),
-    "absent" (no function of that ident: never looked up). Per status: [functions, sum of their arc counters]."""
+    "absent" (no function of that ident: never looked up). Per status: [functions, sum of their arc counters].
+    g as kpgo installs it: check_profile re-keys a profile of a tree at another path first (kpgo.gcov.ident)."""
     by_ident = {f.ident: f for f in notes.functions}
     out = {s: [0, 0] for s in GCC_READS}
     for fr in g.functions():
@@ -119,6 +122,10 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     total = {"files": 0, "matched": 0, "stale": 0, "missing": 0}
     seen: set[str] = set()
     gcc = {s: [0, 0] for s in GCC_READS}  # what -fprofile-use of this profile on the build's source does per function
+    # as kpgo's build gives it: re-keyed when the build compiled the tree at another path than the profile's kernel
+    rec = inputs.read_json(build / "build.json", "", BUILD_SHAPE, missing_ok=True) if (build / "build.json").is_file() else None
+    rk = ident.profile_rekey(src, Path(rec["source"])) if isinstance(rec, dict) and isinstance(rec.get("source"), str) else None
+    rekeyer = ident.Rekeyer(rk, [Path(r) for r in rels]) if rk is not None else None
     values: dict[str, dict[str, int]] = {}
     matched_values: dict[str, dict[str, int]] = {}
     for rel in rels:
@@ -135,7 +142,7 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
             try:
                 notes = parse_gcno(data, note_path)
                 why = compare_to_gcno(g, notes)
-                for s, (n, w) in gcc_reads(g, notes).items():
+                for s, (n, w) in gcc_reads(rekeyer.apply(g, rel)[0] if rekeyer is not None else g, notes).items():
                     gcc[s][0] += n
                     gcc[s][1] += w
             except GcovFormatError as e:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kpgo import afdo, atomic, branches, inputs, proc, variants
 from kpgo.errors import InfraError, UserError
+from kpgo.gcov import ident
 from kpgo.kernel import bolt, codesize, kconfig, order, proof, values
 from kpgo.kernel.source import KernelSource
 from kpgo.paths import cache_dir
@@ -121,7 +122,9 @@ def profile_digest(profile: Path) -> str:
 def profile_collections(record: dict) -> list[dict]:
     """The collections a profile.json describes (one, or a merged profile's inputs): workload, kernel and moment."""
     rows = []
-    for o in _origins(record):
+    from kpgo.gcov.profile import origins
+
+    for o in origins(record):
         wl = o.get("workload")
         rows.append({"workload": wl.get("name") if isinstance(wl, dict) else wl, "kernel_release": o.get("kernel_release"),
                      "config_name": o.get("config_name"), "build_key": o.get("build_key"), "collected_at": o.get("collected_at")})
@@ -170,6 +173,8 @@ def build_key(req: BuildRequest) -> str:
         parts["autofdo"] = afdo.RECIPE
     if v.lto:
         parts["lto"] = v.lto
+    if _gcov_rekey(req) is not None:  # the installed profile is re-keyed for this tree's path (only then: other keys stay)
+        parts["profile_ids"] = "rekeyed"
     if v.bolt:  # the patched source's ident covers the patch; BOLT's work comes from the records' bytes
         parts["bolt"] = bolt.input_digest(bolt.recording(req.branches)) if req.branches is not None else "no records"
     # The bytes of every file the build applies beyond the config (whose digest covers the user's files): the variant's
@@ -378,7 +383,15 @@ def _build(req: BuildRequest) -> dict:
     config = kconfig.configure(req.source.path, out, req.config, req.fragments, log, req.variant.compiler.make_args())
     t_config = time.monotonic() - t0
 
-    installed, zero = (_install_profile(req.profile, out) if not req.variant.autofdo else afdo.install(req.profile, out)) if req.profile else (0, 0)
+    rekey = _gcov_rekey(req)
+    installed, zero, moved = 0, 0, 0
+    if req.profile is not None and req.variant.autofdo:
+        installed, zero = afdo.install(req.profile, out)
+    elif req.profile is not None:
+        installed, zero, moved = _install_profile(req.profile, out, rekey)
+    if rekey is not None:
+        say(f"build {name}: the profile's kernel compiled {rekey.old_root}; {moved:,} static functions re-keyed for {rekey.new_root} "
+            "(GCC keys them by their source path)")
     flags = kcflags(req)
     make_args, reuse_env = _make_vars(req.variant)
     env = reproducible_env(req.source.path) | reuse_env
@@ -451,6 +464,8 @@ def _build(req: BuildRequest) -> dict:
 
         build["profile"] = {"dir": str(req.profile.resolve()), "files_installed": installed, "digest": _profile_digest(req.profile),
                             "collections": profile_collections(read_profile_json(req.profile))}
+        if rekey is not None:
+            build["profile"]["rekeyed"] = {"from_source": rekey.old_root, "instrumented_build": str(rekey.build), "functions": moved}
         build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile)
         build["ok"] = build["proof"]["ok"]
     if rec is not None:  # BOLT's report, the build ids before and after it (kpgo.kernel.bolt.check)
@@ -498,22 +513,13 @@ def _check_profile(profile: Path, gcc: str) -> None:
                         "pass a profile written by `kpgo collect` and `kpgo profile fix` (or `kpgo profile merge`)")
 
 
-def _origins(record: dict) -> list[dict]:
-    """The collections a profile.json describes: itself, or for a merged profile each input's."""
-    if "config_name" in record or "kernel_release" in record:
-        return [record]
-    merged = record.get("merged")
-    ins = merged.get("inputs") if isinstance(merged, dict) else None
-    return [o for i in ins or [] if isinstance(i, dict) and isinstance(i.get("profile"), dict) for o in _origins(i["profile"])]
-
-
 def _check_profile_origin(req: BuildRequest) -> None:
     """A profile collected on another config or kernel version matches few objects: GCC drops their counters with a
     coverage-mismatch warning, and the build fails its proof at the end."""
-    from kpgo.gcov.profile import read_profile_json
+    from kpgo.gcov.profile import origins, read_profile_json
 
     version = req.source.version
-    for origin in _origins(read_profile_json(req.profile)) if req.profile is not None else []:
+    for origin in origins(read_profile_json(req.profile)) if req.profile is not None else []:
         name, release = origin.get("config_name"), str(origin.get("kernel_release") or "")
         if name and name != req.config.name:
             raise UserError(f"profile {req.profile} was collected on a {name} kernel; this build is {req.config.name}",
@@ -532,27 +538,42 @@ REUSE_CC = Path(__file__).with_name("reuse-cc.sh")
 ZERO_MARK = ".kpgo-zero"
 
 
-def _install_profile(profile: Path, out: Path) -> tuple[int, int]:
+def _gcov_rekey(req: BuildRequest) -> ident.Rekey | None:
+    """The re-keying req's gcov profile needs (req's source is the tree it compiles: the patched copy, if any)."""
+    if req.profile is None or req.variant.autofdo or not req.variant.profile:
+        return None
+    return ident.profile_rekey(req.profile, req.source.path)
+
+
+def _install_profile(profile: Path, out: Path, rekey: ident.Rekey | None) -> tuple[int, int, int]:
     """Put each .gcda beside the object it belongs to: GCC looks for <dumpdir>/<base>.gcda
-    relative to the directory it compiles in, which for Kbuild is the O= directory. An all-zero
-    file gets the canonical summary and a marker (X.kpgo-zero) that lets REUSE_CC take X.o from ccache.
-    Returns (files installed, all-zero files)."""
+    relative to the directory it compiles in, which for Kbuild is the O= directory; re-keyed for this build's source
+    path when the profile's kernel compiled another (Rekey). An all-zero file gets the canonical summary and a marker
+    (X.kpgo-zero) that lets REUSE_CC take X.o from ccache. Returns (files installed, all-zero files, functions
+    re-keyed)."""
     from kpgo.gcov.gcda import read_gcda
 
-    n = zero = 0
-    for src in profile.rglob("*.gcda"):
+    n = zero = moved = 0
+    files = sorted(profile.rglob("*.gcda"))
+    rekeyer = ident.Rekeyer(rekey, [f.relative_to(profile) for f in files]) if rekey is not None else None
+    for src in files:
         rel = src.relative_to(profile)
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         g = read_gcda(src)
+        if rekeyer is not None:
+            g, k = rekeyer.apply(g, rel)
+            moved += k
         if g.all_zero():
             dst.write_bytes(g.with_summary(*ZERO_SUMMARY).to_bytes())
             dst.with_suffix(ZERO_MARK).touch()
             zero += 1
+        elif rekeyer is not None:
+            dst.write_bytes(g.to_bytes())
         else:
             shutil.copyfile(src, dst)
         n += 1
-    return n, zero
+    return n, zero, moved
 
 
 def _make_vars(variant: Variant) -> tuple[list[str], dict[str, str]]:

@@ -5,6 +5,10 @@ when GCC ignores every .gcda (it does so, silently, for files without the object
 So the optimized build runs with -fdump-ipa-profile, and for each object whose .gcda holds
 non-zero counters we read GCC's own verdict from the dump: "Read edge ... count" /
 "edge counts read" when it used the counters, "Profile info is missing; giving up" when not.
+"edge counts read" is said of a function GCC found no profile for too (its counts are then all 0, and
+-Wmissing-profile, silenced in the kernel build, would say so), so the proof also adds up the counts GCC says it read
+and compares them with the profile's arc counters: the share of the profile's weight GCC read, which a profile keyed
+for another source path (kpgo.gcov.ident) shows as missing.
 
 Value profiles (docs/VALUES.md) are proven the same way, from what GCC says it did: the ipa-profile dump (with
 -optimized) names each value transform it applied ("Transformation done: div/mod by constant 7", "single value 16
@@ -27,6 +31,7 @@ THRESHOLD = 0.95
 
 _FUNC = re.compile(r"^;; Function ", re.M)
 _READ = re.compile(r"^(\d+) edge counts read", re.M)
+_EDGE = re.compile(r"^Read edge from \d+ to \d+, count:(-?\d+)", re.M)
 _GIVEUP = "Profile info is missing; giving up"
 _FUNC_NAME = re.compile(r"^;; Function (\S+)", re.M)
 _TRANSFORM = re.compile(r"optimized: Transformation done: (div/mod by constant|mod power of 2|mod subtract|single value \d+ stringop)")
@@ -108,6 +113,7 @@ def check(out: Path, profile: Path) -> dict:
             row["functions"] = len(_FUNC.findall(text))
             row["functions_read"] = sum(1 for m in _READ.finditer(text) if int(m.group(1)) > 0)
             row["functions_giving_up"] = text.count(_GIVEUP)
+            row["arcs_read"] = sum(int(m.group(1)) for m in _EDGE.finditer(text))
             row["used"] = row["functions_read"] > 0 and row["functions_giving_up"] == 0
             estimate = _dump_for(out, rel, "profile_estimate")
             counts, found = value_transforms(text, estimate.read_text(errors="replace") if estimate else "", str(rel.with_suffix(".o")))
@@ -126,8 +132,10 @@ def check(out: Path, profile: Path) -> dict:
     not_built = sorted(k for k, r in objects.items() if r["arcs_sum"] > 0 and not r["built"])
     used = [r for r in nonempty if r["used"]]
     ratio = len(used) / len(nonempty) if nonempty else 0.0
+    weight = sum(r["arcs_sum"] for r in nonempty)
+    weight_read = sum(min(r.get("arcs_read", 0), r["arcs_sum"]) for r in nonempty) / weight if weight else 0.0
     result = {
-        "method": "gcc -fdump-ipa-profile: functions whose edge counts were read vs 'giving up'",
+        "method": "gcc -fdump-ipa-profile: functions whose edge counts were read vs 'giving up', and the counts read vs the profile's",
         "objects_with_profile": len(objects),
         "objects_nonempty": len(nonempty),
         "objects_used": len(used),
@@ -136,7 +144,8 @@ def check(out: Path, profile: Path) -> dict:
         "threshold": THRESHOLD,
         "functions_read": sum(r.get("functions_read", 0) for r in objects.values()),
         "functions_giving_up": sum(r.get("functions_giving_up", 0) for r in objects.values()),
-        "ok": bool(nonempty) and ratio >= THRESHOLD,
+        "weight_read": round(weight_read, 4),
+        "ok": bool(nonempty) and ratio >= THRESHOLD and weight_read >= THRESHOLD,
     }
     if has_values:
         promoted = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])
@@ -158,6 +167,10 @@ def enforce(summary: dict, out: Path) -> None:
     if summary["ok"]:
         return
     n, u = summary["objects_nonempty"], summary["objects_used"]
+    if summary["ratio"] >= THRESHOLD:
+        raise InfraError(f"GCC read only {summary['weight_read']:.1%} of the profile's arc counts (< {THRESHOLD:.0%}): it found no profile "
+                         f"for the other functions; details in {out / 'proof.json'}",
+                         "the profile may be of another build or tree; check with `kpgo profile check`")
     hint = "did you run `kpgo profile fix` on it? (the kernel's .gcda lack the object summary GCC needs)"
     if summary["functions_giving_up"] == 0:
         hint = "the profile may come from another build; check with `kpgo profile check`"
