@@ -48,7 +48,7 @@ RESULTS_SHAPE = {
 }
 RESULTS_SCHEMAS = (2, 3)  # 2: restated on reading (kpgo.bench.restate)
 PROOF_SHAPE = {"ok?": bool, "ratio?": NUM, "threshold?": NUM, "objects_used?": int, "objects_nonempty?": int, "functions_read?": int,
-               "functions_giving_up?": int, "method?": str, "profiled_but_not_built?": [str], "values?": (dict, None)}
+               "functions_giving_up?": int, "weight_read?": NUM, "method?": str, "profiled_but_not_built?": [str], "values?": (dict, None)}
 RUN_SHAPE = {
     "request?": dict, "host?": dict, "kernel?": {str: (str, None)}, "phases_seconds?": {str: float}, "total_seconds?": NUM, "studies?": [str],
     "builds?": {str: {"release?": (str, None), "seconds?": NUM, "sizes?": {str: (int, None)}}},
@@ -319,6 +319,7 @@ class Proof:
     method: str | None = None
     profiled_but_not_built: tuple[str, ...] = ()
     values: dict[str, Any] | None = None  # kpgo.kernel.proof's value transforms; None without value profiles
+    weight_read: float | None = None  # the share of the profile's arc counts GCC read (None: a proof made before kpgo counted it)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -326,7 +327,7 @@ class Proof:
         values = d.get("values")
         return cls(d.get("ok"), _num(d.get("ratio")), _num(d.get("threshold")), d.get("objects_used"), d.get("objects_nonempty"),
                    d.get("functions_read"), d.get("functions_giving_up"), d.get("method"), tuple(d.get("profiled_but_not_built") or ()),
-                   values if isinstance(values, dict) else None, d)
+                   values if isinstance(values, dict) else None, _num(d.get("weight_read")), d)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(afdo.summary_line(m["proof"]))
     elif "proof" in m:
         pr = m["proof"]
-        print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%})")
+        read = f"; {pr['weight_read']:.1%} of its arc counts read" if "weight_read" in pr else ""
+        print(f"profile used by GCC in {pr['objects_used']}/{pr['objects_nonempty']} objects with a non-empty profile ({pr['ratio']:.1%}){read}")
         print(proof.format_values(pr.get("values")))
     if "order" in m:
         print("\n".join(order.summary_lines(m["order"])))

@@ -862,12 +862,14 @@ def proof(ctx: Context) -> Section | Skipped:
     rows = []
     for n, p in proofs.items():
         rows.append([n, f"{count(p.objects_used)}/{count(p.objects_nonempty)}", present.pct(p.ratio), present.pct(p.threshold),
-                     count(p.functions_read), count(p.functions_giving_up), "yes" if p.ok else "no"])
+                     count(p.functions_read), count(p.functions_giving_up),
+                     "–" if p.weight_read is None else present.pct(p.weight_read), "yes" if p.ok else "no"])
     how = ("Measured: GCC's own -fdump-ipa-profile dumps of the optimized build, object by object (an object counts as "
-           "used when at least one function read its edge counts and none gave up); no run involved.")
+           "used when at least one function read its edge counts and none gave up; counts read: the counts the dumps say "
+           "GCC read against the profile's, – for a build made before kpgo added them); no run involved.")
     blocks: list[Any] = [
         Table(f"Objects with a non-empty profile whose counts GCC read. {how}",
-              ["profile", "objects used", "ratio", "threshold", "functions read", "functions giving up", "ok"], rows,
+              ["profile", "objects used", "ratio", "threshold", "functions read", "functions giving up", "counts read", "ok"], rows,
               [False, True, True, True, True, True, False]),
         "A build below the threshold fails; a changed binary alone proves nothing, since -fprofile-use changes code even "
         "when every .gcda is ignored.",

@@ -114,7 +114,9 @@ def _workload(res: Results, run: Run, name: str, number: int) -> Section:
     if p is not None:
         blocks += [f"Proof that GCC used the profile: read in {p.objects_used} of {p.objects_nonempty} objects with a non-empty "
                    f"profile ({present.pct(p.ratio)}, threshold {p.threshold or 0:.0%}); functions with counts read: {p.functions_read}, "
-                   f"functions where GCC gave up: {p.functions_giving_up}. Method: {p.method}."
+                   f"functions where GCC gave up: {p.functions_giving_up}"
+                   + (f"; share of the profile's arc counts read: {present.pct(p.weight_read)}" if p.weight_read is not None else "")
+                   + f". Method: {p.method}."
                    + (f" Profiled objects not in this build (instrumented kernel only): {', '.join(p.profiled_but_not_built)}."
                       if p.profiled_but_not_built else ""),
                    proof.format_values(p.values) + "."]
