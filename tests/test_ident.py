@@ -192,3 +192,24 @@ def test_indirect_call_targets_are_rekeyed_too(tmp_path: Path) -> None:
 
     assert promoted(None, tmp_path / "plain") == 0
     assert promoted(ident.Rekey(build, str(src.resolve()), str(copy.resolve())), tmp_path / "rekeyed") == 1
+
+
+def test_profile_check_reports_what_gcc_reads_after_rekeying(profiled: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """`kpgo profile check` of the profile against an instrumented build of the same tree at another path: what GCC
+    reads of it as kpgo installs it (re-keyed: all of it), and, for a profile that does not say its build, as it is
+    (the static functions absent)."""
+    from kpgo.gcov.validate import check_profile
+
+    src, _build, profile = profiled
+    copy = tree(tmp_path / "elsewhere" / "linux")
+    other = tmp_path / "instrumented-copy"
+    compile_from(copy, other, ["--coverage"])
+    (other / "build.json").write_text(json.dumps({"ok": True, "key": "k2", "variant": "instrumented", "kernel_release": "6.12.0",
+                                                  "source": str(copy), "build_dir": str(other)}))
+    got = check_profile(profile, other)["gcc"]
+    assert got["absent"]["functions"] == got["dropped"]["functions"] == 0 and got["read"]["functions"] == 5  # work, main, 3 static
+    anonymous = tmp_path / "anonymous"
+    shutil.copytree(profile, anonymous)
+    (anonymous / "profile.json").write_text(json.dumps({"kind": "kernel-gcov-profile", "kernel_release": "6.12.0"}))
+    as_is = check_profile(anonymous, other)["gcc"]
+    assert as_is["absent"]["functions"] == 3 and as_is["absent"]["arcs_sum"] > 0
