@@ -466,7 +466,7 @@ def _build(req: BuildRequest) -> dict:
                             "collections": profile_collections(read_profile_json(req.profile))}
         if rekey is not None:
             build["profile"]["rekeyed"] = {"from_source": rekey.old_root, "instrumented_build": str(rekey.build), "functions": moved}
-        build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile)
+        build["proof"] = afdo.check(out, req.profile) if req.variant.autofdo else proof.check(out, req.profile, counts_gate=not req.stale_profile)
         build["ok"] = build["proof"]["ok"]
     if rec is not None:  # BOLT's report, the build ids before and after it (kpgo.kernel.bolt.check)
         build["bolt"] = bolt.check(out, rec, fdata_info, reserve)
