@@ -15,7 +15,7 @@ releases (apt-get download linux-source-6.12=VERSION, or snapshot.debian.org). T
  3. kpgo profile port of it to the newest release's instrumented build, and along every consecutive pair of
     releases (the weight each release keeps, carries, maps and drops);
  4. optimized builds of the newest release from the ported profile and from the old profile as it is (GCC drops
-    what mismatches);
+    what mismatches; kpgo re-keys it for the new tree's path, docs/PROFILES.md);
  5. one bench per workload: vanilla, fresh (the run's optimized-WL), ported, old as it is, simulated counters;
  6. the ported kernel's gain as a share of the fresh one's on kernel instructions and L1i misses per operation
     (goal >= 0.9), and the weight table.
@@ -132,11 +132,15 @@ def main() -> int:
                     t = json.loads((d / "profile.json").read_text())["ported"]["report"]["total"]
                     pairs.setdefault(f"{a_} -> {b_}", {})[wl] = {s: t[s] for s in ("weight", "kept", "carried", "mapped", "dropped")} | {
                         "objects": t["objects"], "functions": t["functions"]}
-        table(a.out, wls, benches, pairs, chain, run)
+        read = {wl: json.loads((builds["old", wl] / "build.json").read_text()).get("proof", {}).get("weight_read") for wl in wls
+                if (builds["old", wl] / "build.json").is_file()}
+        table(a.out, wls, benches, pairs, chain, run, read)
     return 0
 
 
-def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, dict[str, Any]], chain: list[str], run: Path) -> None:
+def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, dict[str, Any]], chain: list[str], run: Path,
+          old_read: dict[str, float | None]) -> None:
+    """old_read: per workload, the share of the old profile's arc counts GCC read building the new release (its proof)."""
     rows: dict[str, Any] = {}
     for wl in wls:
         f = benches[wl] / "results.json"
@@ -149,7 +153,8 @@ def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, 
             fr, po = (rows[wl][k].get(m, {}).get("ratio") for k in ("fresh", "ported"))
             if fr is not None and po is not None and fr < 1:
                 rows[wl].setdefault("ported_share_of_fresh_gain", {})[m] = (1 - po) / (1 - fr)
-    doc = {"provenance": provenance(), "releases": chain, "run": str(run), "goal": GOAL, "workloads": rows, "weight": pairs}
+    doc = {"provenance": provenance(), "releases": chain, "run": str(run), "goal": GOAL, "workloads": rows, "weight": pairs,
+           "old_profile_counts_read": old_read}
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_json(out / "porting.json", doc)
     lines = [f"# A profile across point releases ({chain[0]} -> {chain[-1]})", "",
@@ -161,6 +166,9 @@ def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, 
             cells = [fmt(r[k].get(m)) for k in ("fresh", "ported", "old")]
             share = r.get("ported_share_of_fresh_gain", {}).get(m)
             lines.append(f"| {wl} | {m} | " + " | ".join(cells) + f" | {'–' if share is None else f'{share:.0%}'} |")
+    lines += ["", "The old profile as it is: the share of its arc counts GCC read building the new release (the old kernel's proof, "
+              "`weight_read`; the rest GCC dropped as changed): "
+              + ", ".join(f"{wl} {'–' if v is None else f'{v:.1%}'}" for wl, v in old_read.items()) + "."]
     lines += ["", "Profile weight (sum of arc counters) each release pair keeps, carries (lines moved), maps (CFG changed) and drops:", "",
               "| releases | workload | weight | kept | carried | mapped | dropped |", "|---|---|---:|---:|---:|---:|---:|"]
     for pair, per in pairs.items():
