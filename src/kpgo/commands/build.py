@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="build a kernel variant (vanilla, instrumented, optimized, o3, clang, ...: `kpgo variants list`) out of tree",
         description="Build one kernel variant with Kbuild (O=). A variant names the compiler, the optimization level, extra "
         "flags and whether it takes a profile (`kpgo variants list`, docs/COMPILERS.md). A variant with a profile compiles "
-        "with it and proves, per object and by the counts GCC read, that GCC used it; it fails below 95% of either. "
+        "with it and proves, per object and by the counts GCC read, that GCC used it; it fails below 95% of the objects or 80% of the counts. "
         "A variant with an order (order, pgo-order) links "
         "the functions in the order C3 gives from a recorded call graph and checks it in the binary; one with BOLT (bolt, pgo-bolt) "
         "rewrites vmlinux with BOLT from recorded branches and fails when BOLT could use too little of them (docs/LAYOUT.md). "

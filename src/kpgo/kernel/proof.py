@@ -28,6 +28,11 @@ from kpgo.errors import InfraError
 from kpgo.gcov.gcda import ARCS, read_gcda
 
 THRESHOLD = 0.95
+# The share of the profile's arc counts GCC must read. Not 1: GCC inlines always-inline helpers before it reads the
+# profile, so their counts are never read even when everything else is (the syscall entry path's
+# syscall_enter_from_user_mode, exit_to_user_mode, ...: 4.0% of apache's server profile, in a build from the
+# profile's own tree as in a re-keyed one). A profile GCC cannot find for the static functions reads about a third.
+COUNTS_THRESHOLD = 0.8
 
 _FUNC = re.compile(r"^;; Function ", re.M)
 _READ = re.compile(r"^(\d+) edge counts read", re.M)
@@ -95,7 +100,7 @@ def _dump_for(out: Path, rel_gcda: Path, name: str = "profile") -> Path | None:
 
 def check(out: Path, profile: Path, counts_gate: bool = True) -> dict:
     """Per object: non-empty profile? dump found? functions read / given up, counts read. Removes the dumps.
-    counts_gate: the build needs THRESHOLD of the profile's counts read too (not for a profile of another release
+    counts_gate: the build needs COUNTS_THRESHOLD of the profile's counts read too (not for a profile of another release
     used as it is, `--stale-profile`, whose changed functions GCC drops by design: the share is then reported only)."""
     objects: dict[str, dict] = {}
     totals = dict.fromkeys(VALUE_KINDS, 0)
@@ -144,11 +149,12 @@ def check(out: Path, profile: Path, counts_gate: bool = True) -> dict:
         "profiled_but_not_built": not_built,
         "ratio": round(ratio, 4),
         "threshold": THRESHOLD,
+        "counts_threshold": COUNTS_THRESHOLD,
         "functions_read": sum(r.get("functions_read", 0) for r in objects.values()),
         "functions_giving_up": sum(r.get("functions_giving_up", 0) for r in objects.values()),
         "weight_read": round(weight_read, 4),
         "counts_gate": counts_gate,
-        "ok": bool(nonempty) and ratio >= THRESHOLD and (weight_read >= THRESHOLD or not counts_gate),
+        "ok": bool(nonempty) and ratio >= THRESHOLD and (weight_read >= COUNTS_THRESHOLD or not counts_gate),
     }
     if has_values:
         promoted = sorted((s for s in sites if s["promoted"]), key=lambda s: -s["count"])
@@ -171,7 +177,7 @@ def enforce(summary: dict, out: Path) -> None:
         return
     n, u = summary["objects_nonempty"], summary["objects_used"]
     if summary["ratio"] >= THRESHOLD:
-        raise InfraError(f"GCC read only {summary['weight_read']:.1%} of the profile's arc counts (< {THRESHOLD:.0%}): it found no profile "
+        raise InfraError(f"GCC read only {summary['weight_read']:.1%} of the profile's arc counts (< {COUNTS_THRESHOLD:.0%}): it found no profile "
                          f"for the other functions; details in {out / 'proof.json'}",
                          "the profile may be of another build or tree; check with `kpgo profile check`")
     hint = "did you run `kpgo profile fix` on it? (the kernel's .gcda lack the object summary GCC needs)"
