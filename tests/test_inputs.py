@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from kpgo import bench, branches, inputs, variants
 from kpgo.errors import UserError
-from kpgo.gcov.profile import PROFILE_SHAPE, read_profile_json
+from kpgo.gcov import ident
+from kpgo.gcov.profile import PROFILE_SHAPE, origins, read_profile_json
 from kpgo.kernel import kbuild, kconfig
 from kpgo.report import load
 
@@ -202,13 +203,14 @@ def test_build_and_profile_records_of_any_shape(tmp_path: Path, where: list[int]
     except UserError as e:
         _one_line(e, build)
     prof = tmp_path / "p"
-    meta = {"kind": "kernel-gcov-profile", "config_name": "tiny", "kernel_release": "6.12.0", "fixed": {"runs": 1},
+    meta = {"kind": "kernel-gcov-profile", "config_name": "tiny", "kernel_release": "6.12.0", "fixed": {"runs": 1}, "build_dir": "/nonexistent",
             "merged": {"inputs": [{"profile": {"config_name": "tiny"}}]}}
     _write(prof / "profile.json", json.dumps(_mutate(meta, where, value)).encode())
     try:
         info = read_profile_json(prof)
         assert isinstance(info, dict)
-        kbuild._origins(info)  # what the optimized build reads of it
+        origins(info)  # what the optimized build reads of it
+        ident.profile_rekey(prof, tmp_path)  # and whether it re-keys it
     except UserError as e:
         _one_line(e, prof)
 
