@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kpgo.kernel.proof import COUNTS_THRESHOLD
+
 pytestmark = pytest.mark.vm
 
 
@@ -71,6 +73,10 @@ def test_optimized_kernel_applies_value_transforms(value_kernels: ValueKernels) 
     proof = build["proof"]
     assert proof["ok"]
     assert "-Wno-error" in build["kcflags"]  # a profile's inlining can trip GCC's -Wstringop-* under the kernel's -Werror
+    # The instrumented kernel compiled kpgo's patched copy of the source, this one the source itself: GCC keys static
+    # functions by their file's path, so the profile was re-keyed, and GCC read its counts (docs/PROFILES.md).
+    assert build["profile"]["rekeyed"]["functions"] > 0 and "/values-" in build["profile"]["rekeyed"]["from_source"]
+    assert proof["weight_read"] >= COUNTS_THRESHOLD
     t = proof["values"]["totals"]
     assert t["indirect_calls_trained"] > 0 and t["divmod"] + t["stringop"] > 0
     # Sites, not targets: a promoted call's dominant target is in its own object, so promotions and sites whose dominant
