@@ -206,7 +206,9 @@ def test_profile_check_reports_what_gcc_reads_after_rekeying(profiled: tuple[Pat
     compile_from(copy, other, ["--coverage"])
     (other / "build.json").write_text(json.dumps({"ok": True, "key": "k2", "variant": "instrumented", "kernel_release": "6.12.0",
                                                   "source": str(copy), "build_dir": str(other)}))
-    got = check_profile(profile, other)["gcc"]
+    checked = check_profile(profile, other)
+    assert checked["rekeyed_from"] == str(src.resolve())
+    got = checked["gcc"]
     assert got["absent"]["functions"] == got["dropped"]["functions"] == 0 and got["read"]["functions"] == 5  # work, main, 3 static
     anonymous = tmp_path / "anonymous"
     shutil.copytree(profile, anonymous)

@@ -405,8 +405,9 @@ def run_check(args: argparse.Namespace) -> int:
               f"(of {t['files']} .gcda; {res['gcno_without_gcda']} .gcno without .gcda)")
         g = res["gcc"]
         weight = sum(v["arcs_sum"] for v in g.values()) or 1
-        print("GCC, function by function: " + ", ".join(
-            f"{s} {v['functions']:,} ({v['arcs_sum'] / weight:.1%} of the arc counts)" for s, v in g.items()))
+        rk = res.get("rekeyed_from")
+        print("GCC, function by function" + (f" (the profile re-keyed from {rk} for this build's tree, as `kpgo build` installs it)" if rk else "")
+              + ": " + ", ".join(f"{s} {v['functions']:,} ({v['arcs_sum'] / weight:.1%} of the arc counts)" for s, v in g.items()))
         bad = {d: c for d, c in res["directories"].items() if c["stale"] or c["missing"]}
         for d, c in sorted(bad.items()):
             print(f"  {d or '.'}: {c['matched']} matched, {c['stale']} stale, {c['missing']} missing")

@@ -175,6 +175,7 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
         # function by function, as GCC reads the profile when it compiles this build's source (gcc_reads; the
         # functions of missing files are not counted): {status: {"functions", "arcs_sum"}}
         "gcc": {s: {"functions": n, "arcs_sum": w} for s, (n, w) in gcc.items()},
+        "rekeyed_from": rk.old_root if rk is not None else None,  # the tree the profile's kernel compiled, when not the build's
         "values": {kind: {**v, "in_matched_files": matched_values.get(kind, {}).get("sites" if "sites" in v else "counters", 0)}
                    for kind, v in sorted(values.items())},
     }
