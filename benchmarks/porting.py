@@ -158,8 +158,8 @@ def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_json(out / "porting.json", doc)
     lines = [f"# A profile across point releases ({chain[0]} -> {chain[-1]})", "",
-             f"{doc['provenance']}. Simulated counters (TCG), per operation, ratio to vanilla [95% CI] on the workload's own bench; "
-             "the share: (1 - ported) / (1 - fresh).", "",
+             f"Made {doc['provenance']['made']} by kpgo {doc['provenance']['kpgo_commit']}. Simulated counters (TCG), per operation, ratio to "
+             "vanilla [95% CI] on the workload's own bench; the share: (1 - ported) / (1 - fresh).", "",
              "| workload | metric | fresh | ported | old as it is | ported / fresh gain |", "|---|---|---:|---:|---:|---:|"]
     for wl, r in rows.items():
         for m in METRICS:
@@ -169,7 +169,8 @@ def table(out: Path, wls: list[str], benches: dict[str, Path], pairs: dict[str, 
     lines += ["", "The old profile as it is: the share of its arc counts GCC read building the new release (the old kernel's proof, "
               "`weight_read`; the rest GCC dropped as changed): "
               + ", ".join(f"{wl} {'–' if v is None else f'{v:.1%}'}" for wl, v in old_read.items()) + "."]
-    lines += ["", "Profile weight (sum of arc counters) each release pair keeps, carries (lines moved), maps (CFG changed) and drops:", "",
+    lines += ["", "Profile weight (sum of arc counters) each release pair keeps, carries (lines moved), maps (CFG changed) and drops "
+              "(nothing is kept as it is: a line checksum hashes the source path, and each release's tree has its own):", "",
               "| releases | workload | weight | kept | carried | mapped | dropped |", "|---|---|---:|---:|---:|---:|---:|"]
     for pair, per in pairs.items():
         for wl, t in per.items():
