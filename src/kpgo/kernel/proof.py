@@ -31,7 +31,8 @@ THRESHOLD = 0.95
 # The share of the profile's arc counts GCC must read. Not 1: GCC inlines always-inline helpers before it reads the
 # profile, so their counts are never read even when everything else is (the syscall entry path's
 # syscall_enter_from_user_mode, exit_to_user_mode, ...: 4.0% of apache's server profile, in a build from the
-# profile's own tree as in a re-keyed one; re-keyed server builds read 93-98%). A profile GCC cannot find for the static functions reads about a third.
+# profile's own tree as in a re-keyed one; re-keyed server builds read 93-98%). A profile GCC cannot find for the
+# static functions reads about a third.
 COUNTS_THRESHOLD = 0.8
 
 _FUNC = re.compile(r"^;; Function ", re.M)
