@@ -20,6 +20,7 @@ API
     line_checksum(line, source, name) -> int
     kind(fn, aux) -> "public" | "static" | None          which rule gave fn its ident (None: neither)
     rekey(notes, aux, old_root, new_root) -> Ids         old ident -> (new ident, new line checksum)
+    build_source(build_dir) -> str | None                the tree a kpgo build compiled
     profile_rekey(profile, source) -> Rekey | None       what a profile needs to be found compiling the tree at source
     Rekeyer(rekey, rels).apply(g, rel) -> (Gcda, n)     one .gcda of it re-keyed (n: functions whose ident changed)
 """
@@ -127,6 +128,16 @@ class Rekey:
     new_root: str
 
 
+def build_source(build_dir: Path) -> str | None:
+    """The tree a kpgo build compiled (its build.json's `source`, resolved); None when build.json is absent, unusable
+    or does not say."""
+    try:
+        rec = inputs.read_json(Path(build_dir) / "build.json", "", BUILD_SHAPE, missing_ok=True)
+    except UserError:
+        return None
+    return str(Path(rec["source"]).resolve()) if isinstance(rec, dict) and isinstance(rec.get("source"), str) else None
+
+
 def profile_rekey(profile: Path, source: Path) -> Rekey | None:
     """The re-keying a profile needs for GCC compiling the tree at `source` to find it; None when its instrumented
     build compiled the same path, or its records do not say which (its build gone or made before build.json named
@@ -135,14 +146,8 @@ def profile_rekey(profile: Path, source: Path) -> Rekey | None:
     found: set[tuple[str, str]] = set()
     for origin in origins(read_profile_json(profile)):
         build_dir = origin.get("build_dir")
-        if not isinstance(build_dir, str):
-            continue
-        try:
-            rec = inputs.read_json(Path(build_dir) / "build.json", "", BUILD_SHAPE, missing_ok=True)
-        except UserError:
-            rec = None
-        if isinstance(rec, dict) and isinstance(rec.get("source"), str):
-            found.add((build_dir, str(Path(rec["source"]).resolve())))
+        if isinstance(build_dir, str) and (root := build_source(Path(build_dir))) is not None:
+            found.add((build_dir, root))
     roots = {root for _b, root in found}
     if len(roots) > 1:
         raise UserError(f"profile {profile} merges collections of kernels compiled from different trees ({', '.join(sorted(roots))})",

@@ -27,7 +27,6 @@ from kpgo.gcov import ident
 from kpgo.gcov.gcda import ARCS, DAMAGED_GCNO_HINT, TAG_FUNCTION, Gcda, GcovFormatError, counter_tag
 from kpgo.gcov.gcno import Gcno, parse_gcno
 from kpgo.gcov.profile import gcda_list, read_profile_file, value_counters_of
-from kpgo.records import BUILD_SHAPE
 
 
 def function_signature(g: Gcda) -> list[tuple[int, int, int, int]]:
@@ -123,8 +122,8 @@ def check_profile(src: Path, build: Path) -> dict[str, Any]:
     seen: set[str] = set()
     gcc = {s: [0, 0] for s in GCC_READS}  # what -fprofile-use of this profile on the build's source does per function
     # as kpgo's build gives it: re-keyed when the build compiled the tree at another path than the profile's kernel
-    rec = inputs.read_json(build / "build.json", "", BUILD_SHAPE, missing_ok=True) if (build / "build.json").is_file() else None
-    rk = ident.profile_rekey(src, Path(rec["source"])) if isinstance(rec, dict) and isinstance(rec.get("source"), str) else None
+    root = ident.build_source(build)
+    rk = ident.profile_rekey(src, Path(root)) if root is not None else None
     rekeyer = ident.Rekeyer(rk, [Path(r) for r in rels]) if rk is not None else None
     values: dict[str, dict[str, int]] = {}
     matched_values: dict[str, dict[str, int]] = {}
